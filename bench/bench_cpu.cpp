@@ -1,0 +1,250 @@
+// The CPU side of ssu-bench: host memory, a memcpy ceiling and wall-clock
+// timing of synchronous update calls.
+//
+// The copy ceiling is the better of a single-threaded memcpy and a memcpy
+// split over the context's worker count, each timed on cold buffers (the
+// last-level cache is swept between iterations, as the update calls sweep it
+// by rotating through a state pool several times its size).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_device.h"
+
+namespace ssu_bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The worker count of a CPU context, read from its device name
+// ("cpu (N threads)"); the hardware thread count if the name does not say.
+int context_threads(ssu_context_t ctx) {
+  const char* name = ssu_context_device_name(ctx);
+  if (name) {
+    const char* open = std::strchr(name, '(');
+    if (open) {
+      const long n = std::strtol(open + 1, nullptr, 10);
+      if (n > 0 && n < 4096) return static_cast<int>(n);
+    }
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw ? static_cast<int>(hw) : 1;
+}
+
+}  // namespace
+
+// The largest CPU cache of cpu0 in bytes (32 MiB if sysfs does not say).
+// Also used by ssu_bench.cpp to size the state pool.
+size_t last_level_cache_bytes() {
+  size_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::string path =
+        "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/size";
+    FILE* f = std::fopen(path.c_str(), "r");
+    if (!f) continue;
+    char buf[64] = {0};
+    if (std::fgets(buf, sizeof buf, f)) {
+      char* end = nullptr;
+      size_t v = std::strtoull(buf, &end, 10);
+      if (end && (*end == 'K' || *end == 'k')) v <<= 10;
+      else if (end && (*end == 'M' || *end == 'm')) v <<= 20;
+      best = std::max(best, v);
+    }
+    std::fclose(f);
+  }
+  return best ? best : (size_t{32} << 20);
+}
+
+namespace {
+
+// A fixed team of threads that runs one function per worker index; the
+// caller is worker 0. Used for the multi-threaded memcpy only.
+class Team {
+ public:
+  explicit Team(int n) : n_(std::max(1, n)) {
+    for (int i = 1; i < n_; ++i) workers_.emplace_back([this, i] { loop(i); });
+  }
+  ~Team() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return n_; }
+  void run(const std::function<void(int)>& fn) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fn_ = &fn;
+      pending_ = n_ - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [this] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void loop(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* fn;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+        fn = fn_;
+      }
+      (*fn)(index);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (--pending_ == 0) done_cv_.notify_one();
+      }
+    }
+  }
+
+  int n_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  const std::function<void(int)>* fn_ = nullptr;
+};
+
+class CpuBenchDevice final : public BenchDevice {
+ public:
+  explicit CpuBenchDevice(ssu_context_t ctx)
+      : name_(ssu_context_device_name(ctx) ? ssu_context_device_name(ctx) : "cpu"),
+        team_(context_threads(ctx)),
+        sweep_(2 * last_level_cache_bytes() / sizeof(uint64_t), 1) {}
+
+  std::string name() const override { return name_; }
+
+  void* alloc(size_t bytes) override {
+    // Page-aligned, and touched here so that page faults are not timed.
+    const size_t align = 4096;
+    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, rounded);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+
+  double time_copy(void* dst, const void* src, size_t bytes, int iters) override {
+    iters = std::max(iters, 1);
+    double best = 0.0;
+    for (int threads : {1, team_.size()}) {
+      std::vector<double> t;
+      t.reserve(iters);
+      for (int i = 0; i < iters + 1; ++i) {
+        sweep_cache();
+        const auto t0 = Clock::now();
+        if (threads == 1) {
+          std::memcpy(dst, src, bytes);
+        } else {
+          const size_t chunk = (bytes / threads + 63) / 64 * 64;
+          team_.run([&](int w) {
+            const size_t begin = std::min(bytes, chunk * w);
+            const size_t end = std::min(bytes, begin + chunk);
+            std::memcpy(static_cast<char*>(dst) + begin,
+                        static_cast<const char*>(src) + begin, end - begin);
+          });
+        }
+        const auto t1 = Clock::now();
+        if (i > 0) t.push_back(std::chrono::duration<double>(t1 - t0).count());
+      }
+      const double m = median(t);
+      if (best == 0.0 || m < best) best = m;
+      if (team_.size() == 1) break;
+    }
+    return best;
+  }
+
+  double time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
+                     int iters) override {
+    return time_calls(plan, calls, iters);
+  }
+
+  // The CPU backend is synchronous: the host time of a call is its time.
+  double host_time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
+                          int iters) override {
+    return time_calls(plan, calls, iters);
+  }
+
+ private:
+  double time_calls(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
+                    int iters) {
+    if (calls.empty()) throw std::runtime_error("time_update: no calls");
+    iters = std::max(iters, 1);
+    const size_t n = calls.size();
+    // One untimed pass over every call: warms instruction caches and the
+    // thread pool, and leaves the pool in the state the timed calls see.
+    for (size_t i = 0; i < n; ++i) execute(plan, calls[i]);
+    std::vector<double> t;
+    t.reserve(iters);
+    for (int i = 0; i < iters; ++i) {
+      const ssu_update_args_t& a = calls[i % n];
+      const auto t0 = Clock::now();
+      execute(plan, a);
+      const auto t1 = Clock::now();
+      t.push_back(std::chrono::duration<double>(t1 - t0).count());
+    }
+    return median(t);
+  }
+
+  static void execute(ssu_plan_t plan, const ssu_update_args_t& a) {
+    const ssu_status_t s = ssu_plan_execute_update(plan, &a, nullptr);
+    if (s != SSU_SUCCESS)
+      throw std::runtime_error(std::string("ssu_plan_execute_update: ") +
+                               ssu_status_string(s) + ": " + ssu_last_error_message());
+  }
+
+  // Reads a buffer twice the last-level cache, evicting previous copies.
+  void sweep_cache() {
+    uint64_t acc = 0;
+    for (size_t i = 0; i < sweep_.size(); i += 8) acc += sweep_[i];
+    sink_ += acc;
+  }
+
+  std::string name_;
+  Team team_;
+  std::vector<uint64_t> sweep_;
+  volatile uint64_t sink_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx) {
+  return std::unique_ptr<BenchDevice>(new CpuBenchDevice(ctx));
+}
+
+}  // namespace ssu_bench
