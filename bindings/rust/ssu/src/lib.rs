@@ -1,0 +1,766 @@
+//! Safe Rust interface to libssu: the Mamba "selective state update" decode
+//! step over slot-addressed state pools, on the CPU or a CUDA device.
+//!
+//! ```no_run
+//! use ssu::{Context, Backend, Tensor, TensorMut, UpdateArgs};
+//! # fn main() -> ssu::Result<()> {
+//! let ctx = Context::new(Backend::Cpu, 0, 0)?;
+//! let (s, h, p, n, bt) = (4, 2, 8, 16, 2);
+//! let mut state = vec![0f32; s * h * p * n];
+//! let x = vec![0.5f32; bt * h * p];
+//! let dt = vec![0.1f32; bt * h];
+//! let a = vec![-1f32; h];
+//! let b = vec![1f32; bt * n];
+//! let c = vec![1f32; bt * n];
+//! let slots = [3i32, -1]; // the second sequence is padding
+//! let mut out = vec![0f32; bt * h * p];
+//! let dims = |d: &[usize]| d.iter().map(|&v| v as i64).collect::<Vec<_>>();
+//! let mut args = UpdateArgs::new(
+//!     TensorMut::new(&mut state, &dims(&[s, h, p, n]))?,
+//!     Tensor::new(&x, &dims(&[bt, h, p]))?,
+//!     Tensor::new(&dt, &dims(&[bt, h]))?,
+//!     Tensor::new(&a, &dims(&[h]))?,
+//!     Tensor::new(&b, &dims(&[bt, 1, n]))?,
+//!     Tensor::new(&c, &dims(&[bt, 1, n]))?,
+//!     TensorMut::new(&mut out, &dims(&[bt, h, p]))?,
+//! )
+//! .src_index(Tensor::new(&slots, &[2])?);
+//! let plan = ctx.plan_update(&args, None)?;
+//! plan.execute(&mut args)?;
+//! # Ok(()) }
+//! ```
+//!
+//! Handles are destroyed on drop; a [`Plan`] borrows its [`Context`], so the
+//! context outlives its plans. Descriptors borrow the slices they describe
+//! for as long as the [`UpdateArgs`] that holds them lives; descriptors of
+//! raw (e.g. device) pointers are made with `unsafe` constructors.
+
+use std::ffi::{c_void, CStr};
+use std::fmt;
+use std::marker::PhantomData;
+use std::os::raw::c_char;
+
+pub use ssu_sys as sys;
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/// A failed libssu call: the status code and the library's message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Error {
+    status: i32,
+    message: String,
+}
+
+/// `std::result::Result` with [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Builds an error from a status and this thread's last libssu message.
+    fn from_last(status: i32) -> Error {
+        let message = unsafe { cstr(sys::ssu_last_error_message()) }.to_owned();
+        Error { status, message }
+    }
+
+    /// An error raised by this crate before calling the library.
+    fn new(status: i32, message: impl Into<String>) -> Error {
+        Error { status, message: message.into() }
+    }
+
+    /// The `SSU_ERROR_*` status code.
+    pub fn status(&self) -> i32 {
+        self.status
+    }
+
+    /// The status family (1 invalid argument, 2 not supported, 3 driver,
+    /// 4 resources, 5 internal, 6 version).
+    pub fn family(&self) -> i32 {
+        sys::ssu_status_family(self.status)
+    }
+
+    /// The library's static text for the status, e.g. "bad shape".
+    pub fn status_string(&self) -> &'static str {
+        status_string(self.status)
+    }
+
+    /// The detailed message naming the offending argument and values.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "libssu error {} ({})", self.status, self.status_string())?;
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for Error {}
+
+fn check(status: sys::ssu_status_t) -> Result<()> {
+    if status == sys::SSU_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::from_last(status))
+    }
+}
+
+/// # Safety
+/// `p` must be NULL or a NUL-terminated string that lives for 'static.
+unsafe fn cstr(p: *const c_char) -> &'static str {
+    if p.is_null() {
+        ""
+    } else {
+        CStr::from_ptr(p).to_str().unwrap_or("(non-UTF-8 text)")
+    }
+}
+
+/// The library's static text for a status code.
+pub fn status_string(status: i32) -> &'static str {
+    unsafe { cstr(sys::ssu_status_string(status)) }
+}
+
+/// The loaded library's version, encoded as MAJOR*10000 + MINOR*100 + PATCH.
+pub fn version() -> u32 {
+    unsafe { sys::ssu_version() }
+}
+
+/// The loaded library's version as text, e.g. "0.1.0".
+pub fn version_string() -> &'static str {
+    unsafe { cstr(sys::ssu_version_string()) }
+}
+
+// ---------------------------------------------------------------------------
+// Element types
+// ---------------------------------------------------------------------------
+
+/// Element types of tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    Bf16,
+    I16,
+    I32,
+    I64,
+}
+
+impl DType {
+    /// The `SSU_DTYPE_*` value.
+    pub fn raw(self) -> sys::ssu_dtype_t {
+        match self {
+            DType::F32 => sys::SSU_DTYPE_F32,
+            DType::F16 => sys::SSU_DTYPE_F16,
+            DType::Bf16 => sys::SSU_DTYPE_BF16,
+            DType::I16 => sys::SSU_DTYPE_I16,
+            DType::I32 => sys::SSU_DTYPE_I32,
+            DType::I64 => sys::SSU_DTYPE_I64,
+        }
+    }
+
+    /// Bytes per element, as the library reports it.
+    pub fn size(self) -> usize {
+        unsafe { sys::ssu_dtype_size(self.raw()) }
+    }
+
+    /// The library's name for the dtype ("f32", "bf16", ...).
+    pub fn name(self) -> &'static str {
+        unsafe { cstr(sys::ssu_dtype_name(self.raw())) }
+    }
+}
+
+/// IEEE binary16 bits. Conversions round to nearest even.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct F16(pub u16);
+
+/// bfloat16 bits. Conversions round to nearest even.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bf16(pub u16);
+
+impl Bf16 {
+    pub fn from_f32(v: f32) -> Bf16 {
+        let bits = v.to_bits();
+        if v.is_nan() {
+            return Bf16(((bits >> 16) as u16) | 0x0040);
+        }
+        let round = 0x7fff + ((bits >> 16) & 1);
+        Bf16((bits.wrapping_add(round) >> 16) as u16)
+    }
+    pub fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+}
+
+impl F16 {
+    pub fn from_f32(v: f32) -> F16 {
+        let bits = v.to_bits();
+        let sign = ((bits >> 16) & 0x8000) as u16;
+        let abs = bits & 0x7fff_ffff;
+        if abs > 0x7f80_0000 {
+            return F16(sign | 0x7e00); // NaN stays a quiet NaN
+        }
+        if abs >= 0x477f_f000 {
+            return F16(sign | 0x7c00); // >= 65520 rounds to Inf (Inf stays Inf)
+        }
+        let round = |mant: u32, rem: u32, half: u32| -> u32 {
+            if rem > half || (rem == half && (mant & 1) == 1) {
+                mant + 1
+            } else {
+                mant
+            }
+        };
+        if abs < 0x3880_0000 {
+            // Below 2^-14: a subnormal half (units of 2^-24) or zero.
+            if abs < 0x3300_0000 {
+                return F16(sign); // <= 2^-25 rounds to zero (ties to even)
+            }
+            let exp = abs >> 23;
+            let m = (abs & 0x7f_ffff) | 0x80_0000;
+            let shift = 126 - exp; // 14..=24
+            let mant = round(m >> shift, m & ((1 << shift) - 1), 1 << (shift - 1));
+            return F16(sign | mant as u16);
+        }
+        let r = abs - (112 << 23); // rebias the exponent from 127 to 15
+        let mant = round(r >> 13, r & 0x1fff, 0x1000); // a carry may reach Inf
+        F16(sign | mant as u16)
+    }
+    pub fn to_f32(self) -> f32 {
+        let sign = ((self.0 & 0x8000) as u32) << 16;
+        let exp = ((self.0 >> 10) & 0x1f) as u32;
+        let mant = (self.0 & 0x3ff) as u32;
+        if exp == 0 {
+            let v = mant as f32 * (1.0 / 16_777_216.0); // exact: mant * 2^-24
+            return if sign != 0 { -v } else { v };
+        }
+        let bits = if exp == 0x1f {
+            sign | 0x7f80_0000 | (mant << 13)
+        } else {
+            sign | ((exp + 112) << 23) | (mant << 13)
+        };
+        f32::from_bits(bits)
+    }
+}
+
+/// Element types that can back a tensor descriptor.
+///
+/// # Safety
+/// `DTYPE` must describe the in-memory representation of `Self` exactly.
+pub unsafe trait Element: Copy {
+    const DTYPE: DType;
+}
+unsafe impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+unsafe impl Element for F16 {
+    const DTYPE: DType = DType::F16;
+}
+unsafe impl Element for Bf16 {
+    const DTYPE: DType = DType::Bf16;
+}
+unsafe impl Element for i16 {
+    const DTYPE: DType = DType::I16;
+}
+unsafe impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+unsafe impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+
+// ---------------------------------------------------------------------------
+// Tensor descriptors
+// ---------------------------------------------------------------------------
+
+const MAX_DIMS: usize = sys::SSU_MAX_DIMS as usize;
+
+fn invalid(message: String) -> Error {
+    Error::new(sys::SSU_ERROR_INVALID_ARGUMENT, message)
+}
+
+fn dense_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut acc = 1i64;
+    for i in (0..shape.len()).rev() {
+        strides[i] = acc;
+        acc = acc.saturating_mul(shape[i].max(1));
+    }
+    strides
+}
+
+fn raw_tensor(data: *mut c_void, dtype: DType, shape: &[i64], strides: &[i64]) -> Result<sys::ssu_tensor_t> {
+    if shape.len() > MAX_DIMS {
+        return Err(Error::new(
+            sys::SSU_ERROR_BAD_RANK,
+            format!("{} dimensions given; at most {MAX_DIMS} are supported", shape.len()),
+        ));
+    }
+    if strides.len() != shape.len() {
+        return Err(invalid(format!("{} strides given for {} dimensions", strides.len(), shape.len())));
+    }
+    let mut t = sys::ssu_tensor_empty();
+    t.data = data;
+    t.dtype = dtype.raw();
+    t.ndim = shape.len() as i32;
+    t.shape[..shape.len()].copy_from_slice(shape);
+    t.strides[..strides.len()].copy_from_slice(strides);
+    Ok(t)
+}
+
+/// Checks that every element addressed by (shape, strides) lies inside a
+/// slice of `len` elements. Negative strides are refused here (the library
+/// rejects them as well).
+fn check_bounds(len: usize, shape: &[i64], strides: &[i64]) -> Result<()> {
+    let mut last: i64 = 0;
+    for (d, (&n, &s)) in shape.iter().zip(strides).enumerate() {
+        if n < 0 {
+            return Err(Error::new(sys::SSU_ERROR_BAD_SHAPE, format!("shape[{d}]={n} is negative")));
+        }
+        if n == 0 {
+            return Ok(()); // an empty tensor addresses nothing
+        }
+        if s < 0 {
+            return Err(Error::new(sys::SSU_ERROR_BAD_STRIDE, format!("strides[{d}]={s} is negative")));
+        }
+        last = (n - 1)
+            .checked_mul(s)
+            .and_then(|v| v.checked_add(last))
+            .ok_or_else(|| invalid(format!("shape {shape:?} with strides {strides:?} overflows")))?;
+    }
+    if last as u128 >= len as u128 {
+        return Err(invalid(format!(
+            "shape {shape:?} with strides {strides:?} reaches element {last} of a slice of {len}"
+        )));
+    }
+    Ok(())
+}
+
+/// A read-only strided view: host memory borrowed from a slice, or raw
+/// memory (e.g. on a CUDA device) described by an unsafe constructor.
+#[derive(Clone, Copy)]
+pub struct Tensor<'a> {
+    raw: sys::ssu_tensor_t,
+    _borrow: PhantomData<&'a ()>,
+}
+
+/// A writable strided view (state pools, outputs, intermediate buffers).
+pub struct TensorMut<'a> {
+    raw: sys::ssu_tensor_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> Tensor<'a> {
+    /// A dense (row-major) view of `data` with `shape`.
+    pub fn new<T: Element>(data: &'a [T], shape: &[i64]) -> Result<Self> {
+        Self::strided(data, shape, &dense_strides(shape))
+    }
+
+    /// A view of `data` with `shape` and element `strides` (0 broadcasts).
+    pub fn strided<T: Element>(data: &'a [T], shape: &[i64], strides: &[i64]) -> Result<Self> {
+        let raw = raw_tensor(data.as_ptr() as *mut c_void, T::DTYPE, shape, strides)?;
+        check_bounds(data.len(), shape, strides)?;
+        Ok(Tensor { raw, _borrow: PhantomData })
+    }
+
+    /// A view of raw memory, e.g. a CUDA device pointer.
+    ///
+    /// # Safety
+    /// `data` must address every element of (shape, strides) of `dtype` on
+    /// the device of the context it is used with, stay valid while the
+    /// tensor is used, and (CUDA) until the work is complete on the stream.
+    pub unsafe fn from_raw(data: *const c_void, dtype: DType, shape: &[i64], strides: &[i64]) -> Result<Self> {
+        let raw = raw_tensor(data as *mut c_void, dtype, shape, strides)?;
+        Ok(Tensor { raw, _borrow: PhantomData })
+    }
+
+    /// The C descriptor.
+    pub fn as_raw(&self) -> &sys::ssu_tensor_t {
+        &self.raw
+    }
+}
+
+impl<'a> TensorMut<'a> {
+    /// A dense (row-major) writable view of `data` with `shape`.
+    pub fn new<T: Element>(data: &'a mut [T], shape: &[i64]) -> Result<Self> {
+        Self::strided(data, shape, &dense_strides(shape))
+    }
+
+    /// A writable view with element `strides`.
+    pub fn strided<T: Element>(data: &'a mut [T], shape: &[i64], strides: &[i64]) -> Result<Self> {
+        let raw = raw_tensor(data.as_mut_ptr() as *mut c_void, T::DTYPE, shape, strides)?;
+        check_bounds(data.len(), shape, strides)?;
+        Ok(TensorMut { raw, _borrow: PhantomData })
+    }
+
+    /// A writable view of raw memory, e.g. a CUDA device pointer.
+    ///
+    /// # Safety
+    /// As [`Tensor::from_raw`], and nothing else may access the memory while
+    /// the library writes it.
+    pub unsafe fn from_raw(data: *mut c_void, dtype: DType, shape: &[i64], strides: &[i64]) -> Result<Self> {
+        let raw = raw_tensor(data, dtype, shape, strides)?;
+        Ok(TensorMut { raw, _borrow: PhantomData })
+    }
+
+    /// The C descriptor.
+    pub fn as_raw(&self) -> &sys::ssu_tensor_t {
+        &self.raw
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------
+
+/// Backends a context can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// CUDA if a driver and device are usable, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl Backend {
+    fn raw(self) -> sys::ssu_backend_t {
+        match self {
+            Backend::Auto => sys::SSU_BACKEND_AUTO,
+            Backend::Cpu => sys::SSU_BACKEND_CPU,
+            Backend::Cuda => sys::SSU_BACKEND_CUDA,
+        }
+    }
+    fn from_raw(raw: sys::ssu_backend_t) -> Backend {
+        match raw {
+            sys::SSU_BACKEND_CPU => Backend::Cpu,
+            sys::SSU_BACKEND_CUDA => Backend::Cuda,
+            _ => Backend::Auto,
+        }
+    }
+    /// The library's name ("cpu", "cuda", "auto").
+    pub fn name(self) -> &'static str {
+        unsafe { cstr(sys::ssu_backend_name(self.raw())) }
+    }
+}
+
+/// One backend on one device; destroyed on drop.
+pub struct Context {
+    raw: sys::ssu_context_t,
+}
+
+// Contexts are immutable after creation and usable from any thread.
+unsafe impl Send for Context {}
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// Creates a context. `device_ordinal` must be 0 for the CPU;
+    /// `num_threads` 0 uses every hardware thread (CPU backend).
+    pub fn new(backend: Backend, device_ordinal: i32, num_threads: i32) -> Result<Context> {
+        let mut opts = sys::ssu_context_options_init();
+        opts.backend = backend.raw();
+        opts.device_ordinal = device_ordinal;
+        opts.num_threads = num_threads;
+        let mut raw: sys::ssu_context_t = std::ptr::null_mut();
+        check(unsafe { sys::ssu_context_create(&opts, &mut raw) })?;
+        Ok(Context { raw })
+    }
+
+    /// The backend this context runs (never `Auto`).
+    pub fn backend(&self) -> Result<Backend> {
+        let mut b: sys::ssu_backend_t = 0;
+        check(unsafe { sys::ssu_context_get_backend(self.raw, &mut b) })?;
+        Ok(Backend::from_raw(b))
+    }
+
+    /// A description of the device, e.g. "cpu (2 threads)".
+    pub fn device_name(&self) -> &str {
+        unsafe { cstr(sys::ssu_context_device_name(self.raw)) }
+    }
+
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::ssu_context_t {
+        self.raw
+    }
+
+    /// Validates `args` and creates a plan for updates of their kind.
+    pub fn plan_update(&self, args: &UpdateArgs<'_>, algorithm: Option<Algorithm>) -> Result<Plan<'_>> {
+        let mut opts = sys::ssu_plan_options_init();
+        opts.algorithm = algorithm.map_or(sys::SSU_ALGORITHM_AUTO, Algorithm::raw);
+        let c_args = args.c_args();
+        let mut raw: sys::ssu_plan_t = std::ptr::null_mut();
+        check(unsafe { sys::ssu_plan_create_update(self.raw, &c_args.args, &opts, &mut raw) })?;
+        Ok(Plan { raw, _ctx: PhantomData })
+    }
+
+    /// Plans and runs one update (synchronously on the CPU, on the legacy
+    /// default stream on CUDA). Serving loops should keep a [`Plan`].
+    pub fn update(&self, args: &mut UpdateArgs<'_>) -> Result<()> {
+        self.plan_update(args, None)?.execute(args)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        unsafe {
+            sys::ssu_context_destroy(self.raw);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Plans
+// ---------------------------------------------------------------------------
+
+/// Algorithms a plan can pin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    CpuRows,
+    CudaSimple,
+    CudaTma,
+    /// A value this crate does not know.
+    Other(i32),
+}
+
+impl Algorithm {
+    fn raw(self) -> sys::ssu_algorithm_t {
+        match self {
+            Algorithm::CpuRows => sys::SSU_ALGORITHM_CPU_ROWS,
+            Algorithm::CudaSimple => sys::SSU_ALGORITHM_CUDA_SIMPLE,
+            Algorithm::CudaTma => sys::SSU_ALGORITHM_CUDA_TMA,
+            Algorithm::Other(v) => v,
+        }
+    }
+    fn from_raw(raw: sys::ssu_algorithm_t) -> Algorithm {
+        match raw {
+            sys::SSU_ALGORITHM_CPU_ROWS => Algorithm::CpuRows,
+            sys::SSU_ALGORITHM_CUDA_SIMPLE => Algorithm::CudaSimple,
+            sys::SSU_ALGORITHM_CUDA_TMA => Algorithm::CudaTma,
+            v => Algorithm::Other(v),
+        }
+    }
+}
+
+/// What a plan runs.
+#[derive(Clone, Copy, Debug)]
+pub struct PlanInfo {
+    pub backend: Backend,
+    pub algorithm: Algorithm,
+    pub algorithm_name: &'static str,
+}
+
+/// A CUDA stream handle (`CUstream` / `cudaStream_t`).
+#[derive(Clone, Copy, Debug)]
+pub struct Stream(sys::ssu_stream_t);
+
+impl Stream {
+    /// The legacy default stream.
+    pub const DEFAULT: Stream = Stream(std::ptr::null_mut());
+
+    /// Wraps a raw `CUstream`.
+    ///
+    /// # Safety
+    /// `stream` must be a valid stream of the context's device (or NULL)
+    /// for as long as it is used.
+    pub unsafe fn from_raw(stream: *mut c_void) -> Stream {
+        Stream(stream as sys::ssu_stream_t)
+    }
+}
+
+/// A validated, immutable update configuration; destroyed on drop.
+pub struct Plan<'ctx> {
+    raw: sys::ssu_plan_t,
+    _ctx: PhantomData<&'ctx Context>,
+}
+
+unsafe impl Send for Plan<'_> {}
+unsafe impl Sync for Plan<'_> {}
+
+impl Plan<'_> {
+    /// Backend and algorithm of the plan.
+    pub fn info(&self) -> Result<PlanInfo> {
+        let mut info = sys::ssu_plan_info_init();
+        check(unsafe { sys::ssu_plan_get_info(self.raw, &mut info) })?;
+        Ok(PlanInfo {
+            backend: Backend::from_raw(info.backend),
+            algorithm: Algorithm::from_raw(info.algorithm),
+            algorithm_name: unsafe { cstr(info.algorithm_name) },
+        })
+    }
+
+    /// Runs the update on `args` (which must fit the plan) on the legacy
+    /// default stream. The CPU backend runs it synchronously.
+    pub fn execute(&self, args: &mut UpdateArgs<'_>) -> Result<()> {
+        let c_args = args.c_args();
+        check(unsafe { sys::ssu_plan_execute_update(self.raw, &c_args.args, std::ptr::null_mut()) })
+    }
+
+    /// Runs the update on a CUDA stream (asynchronously). The borrowed host
+    /// slices in `args` must not be used by a CUDA backend; device memory
+    /// given through `from_raw` must stay valid until the stream is done.
+    pub fn execute_on(&self, args: &mut UpdateArgs<'_>, stream: Stream) -> Result<()> {
+        let c_args = args.c_args();
+        check(unsafe { sys::ssu_plan_execute_update(self.raw, &c_args.args, stream.0) })
+    }
+
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::ssu_plan_t {
+        self.raw
+    }
+}
+
+impl Drop for Plan<'_> {
+    fn drop(&mut self) {
+        unsafe {
+            sys::ssu_plan_destroy(self.raw);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Update arguments
+// ---------------------------------------------------------------------------
+
+/// The arguments of a selective state update (see `ssu_update_args_t` in
+/// ssu.h for shapes and forms). Required tensors are given to [`new`];
+/// optional ones and flags are added with the builder methods.
+///
+/// [`new`]: UpdateArgs::new
+pub struct UpdateArgs<'a> {
+    pool: sys::ssu_state_pool_t,
+    args: sys::ssu_update_args_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+/// The C structs with the pool pointer set; lives on the caller's stack for
+/// the duration of one library call.
+struct CArgs {
+    #[allow(dead_code)]
+    pool: Box<sys::ssu_state_pool_t>,
+    args: sys::ssu_update_args_t,
+}
+
+impl<'a> UpdateArgs<'a> {
+    /// The required tensors: the state pool `(S, H, P, N)`, x, dt, A, B, C
+    /// and out.
+    pub fn new(
+        state: TensorMut<'a>,
+        x: Tensor<'a>,
+        dt: Tensor<'a>,
+        a: Tensor<'a>,
+        b: Tensor<'a>,
+        c: Tensor<'a>,
+        out: TensorMut<'a>,
+    ) -> UpdateArgs<'a> {
+        let mut pool = sys::ssu_state_pool_init();
+        pool.state = state.raw;
+        let mut args = sys::ssu_update_args_init();
+        args.x = x.raw;
+        args.dt = dt.raw;
+        args.A = a.raw;
+        args.B = b.raw;
+        args.C = c.raw;
+        args.out = out.raw;
+        UpdateArgs { pool, args, _borrow: PhantomData }
+    }
+
+    fn c_args(&self) -> CArgs {
+        // The pool struct is boxed so that its address is stable while the
+        // library reads it, without making UpdateArgs self-referential.
+        let pool = Box::new(self.pool);
+        let mut args = self.args;
+        args.pool = &*pool;
+        CArgs { pool, args }
+    }
+
+    /// Skip connection weight D: `(H,)` or `(H, P)`.
+    pub fn d(mut self, t: Tensor<'a>) -> Self {
+        self.args.D = t.raw;
+        self
+    }
+    /// dt bias: `(H,)` or `(H, P)`.
+    pub fn dt_bias(mut self, t: Tensor<'a>) -> Self {
+        self.args.dt_bias = t.raw;
+        self
+    }
+    /// Gate z, shaped like x.
+    pub fn z(mut self, t: Tensor<'a>) -> Self {
+        self.args.z = t.raw;
+        self
+    }
+    /// Source slot indices `(Bt,)` or `(Bt, T)`, int32 or int64.
+    pub fn src_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.src_index = t.raw;
+        self
+    }
+    /// Destination slot indices `(Bt,)` or `(Bt, T)`.
+    pub fn dst_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.dst_index = t.raw;
+        self
+    }
+    /// Varlen form: `cu_seqlens (Bt+1,)` and the longest allowed length.
+    pub fn varlen(mut self, cu_seqlens: Tensor<'a>, max_tokens: i64) -> Self {
+        self.args.cu_seqlens = cu_seqlens.raw;
+        self.args.max_tokens = max_tokens;
+        self
+    }
+    /// Accepted token counts `(Bt,)` (needs a 2-D src index).
+    pub fn num_accepted_tokens(mut self, t: Tensor<'a>) -> Self {
+        self.args.num_accepted_tokens = t.raw;
+        self
+    }
+    /// Per-token state buffer `(I, T, H, P, N)` and its optional index `(Bt,)`.
+    pub fn intermediate_states(mut self, states: TensorMut<'a>, index: Option<Tensor<'a>>) -> Self {
+        self.args.intermediate_states = states.raw;
+        if let Some(i) = index {
+            self.args.intermediate_index = i.raw;
+        }
+        self
+    }
+    /// dt = softplus(dt + dt_bias).
+    pub fn dt_softplus(mut self, on: bool) -> Self {
+        self.set_flag(sys::SSU_UPDATE_DT_SOFTPLUS as u32, on);
+        self
+    }
+    /// Never write the state pool.
+    pub fn disable_state_update(mut self, on: bool) -> Self {
+        self.set_flag(sys::SSU_UPDATE_DISABLE_STATE_UPDATE as u32, on);
+        self
+    }
+    /// An additional slot value that marks padding (default -1).
+    pub fn pad_slot_id(mut self, id: i64) -> Self {
+        self.args.pad_slot_id = id;
+        self
+    }
+    /// A device word the CUDA backend ORs `SSU_ERROR_BIT_*` into.
+    ///
+    /// # Safety
+    /// `word` must be a device pointer valid until the work completes.
+    pub unsafe fn error_word(mut self, word: *mut u32) -> Self {
+        self.args.error_word = word;
+        self
+    }
+    /// Raw flag bits (for flags this crate does not name yet).
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.args.flags = flags;
+        self
+    }
+
+    fn set_flag(&mut self, bit: u32, on: bool) {
+        if on {
+            self.args.flags |= bit;
+        } else {
+            self.args.flags &= !bit;
+        }
+    }
+}
