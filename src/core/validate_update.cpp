@@ -508,11 +508,37 @@ void check_fits_plan(const ssu_update_params& plan, const ssu_update_params& p) 
   SSU_FIT_DTYPE_(accepted_dtype, "num_accepted_tokens.dtype")
   SSU_FIT_DTYPE_(inter_index_dtype, "intermediate_index.dtype")
 #undef SSU_FIT_DTYPE_
-  if (p.features != plan.features)
-    fail(SSU_ERROR_PLAN_MISMATCH, "the call's features 0x%x differ from the plan's 0x%x "
-         "(differing bits 0x%x: a flag, an optional tensor's presence, the form, the rank of an "
-         "index or a per-head/per-channel layout changed)",
-         p.features, plan.features, p.features ^ plan.features);
+  if (p.features != plan.features) {
+    static const struct {
+      uint32_t bit;
+      const char* what;
+    } kNames[] = {
+        {SSU_F_DT_SOFTPLUS, "flag SSU_UPDATE_DT_SOFTPLUS"},
+        {SSU_F_DISABLE_UPDATE, "flag SSU_UPDATE_DISABLE_STATE_UPDATE"},
+        {SSU_F_HAS_D, "the presence of D"},
+        {SSU_F_HAS_DT_BIAS, "the presence of dt_bias"},
+        {SSU_F_HAS_Z, "the presence of z"},
+        {SSU_F_VARLEN, "the varlen form (cu_seqlens)"},
+        {SSU_F_HAS_SRC, "the presence of src_index"},
+        {SSU_F_HAS_DST, "a 1-D dst_index"},
+        {SSU_F_DST_PER_TOKEN, "a 2-D (per-token) dst_index"},
+        {SSU_F_HAS_ACCEPTED, "the presence of num_accepted_tokens"},
+        {SSU_F_HAS_INTER, "the presence of intermediate_states"},
+        {SSU_F_HAS_INTER_INDEX, "the presence of intermediate_index"},
+        {SSU_F_DT_PER_CHANNEL, "per-channel dt"},
+        {SSU_F_A_PER_CHANNEL, "per-channel A"},
+        {SSU_F_D_PER_CHANNEL, "per-channel D"},
+        {SSU_F_DT_BIAS_PER_CHANNEL, "per-channel dt_bias"},
+        {SSU_F_MULTI_TOKEN, "the multi-token form (x with a token axis)"},
+    };
+    const uint32_t diff = p.features ^ plan.features;
+    for (const auto& n : kNames)
+      if (diff & n.bit)
+        fail(SSU_ERROR_PLAN_MISMATCH, "%s: the call %s it but the plan was made %s it", n.what,
+             (p.features & n.bit) ? "has" : "lacks", (plan.features & n.bit) ? "with" : "without");
+    fail(SSU_ERROR_PLAN_MISMATCH, "the call's features 0x%x differ from the plan's 0x%x",
+         p.features, plan.features);
+  }
 }
 
 }  // namespace ssu
