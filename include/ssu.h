@@ -294,19 +294,21 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    src[b] (1-D), src[b, 0] (2-D) or src[b, max(num_accepted[b]-1, 0)].
  *  - dst_index (optional, same dtype as src): (Bt,) final state goes to
  *    dst[b] instead of the source slot; (Bt, T), multi-token only: after
- *    token t the state is stored to dst[b, t] (padding entries skip that
- *    store) and no final store happens.
+ *    token t the state is stored to dst[b, t] and no final store happens.
+ *    A padding entry in dst_index skips that store.
  *  - A slot index is padding when it is negative or equals pad_slot_id.
  *    A sequence whose initial slot is padding reads and writes no pool
  *    memory and its outputs are exactly zero. Indices >= S are rejected by
  *    the CPU backend before anything is written; the CUDA backend treats the
  *    row as padding and sets bit SSU_ERROR_BIT_INDEX in *error_word.
- *  - num_accepted_tokens (optional): (Bt,) int32/int64, needs a 2-D src.
+ *  - num_accepted_tokens (optional): (Bt,) int32/int64, needs a 2-D src;
+ *    values must be <= T (0 and 1 both select column 0).
  *  - intermediate_states (optional): (I, T, H, P, N), the state's dtype,
  *    inner three axes dense; after every token t of sequence b the state is
  *    stored to intermediate_states[intermediate_index[b], t] (index default:
- *    the initial slot). The final state is also stored unless
- *    SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D dst_index.
+ *    the initial slot; a padding index skips these stores). The final state
+ *    is also stored unless SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D
+ *    dst_index. Intermediate stores happen even with that flag.
  *
  * Writes: out for every token of every sequence; the state pool only as
  * stated above; nothing else. With SSU_UPDATE_DISABLE_STATE_UPDATE the pool
