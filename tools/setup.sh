@@ -39,7 +39,7 @@ fi
 # nvcc is optional: with it the CUDA backend is compiled and embedded (the
 # library still runs without a GPU); meson also looks in /usr/local/cuda/bin.
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-  echo "setup.sh: nvcc found: building the CUDA backend too"
+  echo "setup.sh: nvcc found: the CUDA backend is built (unless -Dcuda=disabled)"
 else
   echo "setup.sh: no nvcc: building the CPU backend only"
 fi
