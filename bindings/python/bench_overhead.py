@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Per-call host overhead of the Python binding.
+
+Times, on a tiny decode problem (so that the kernel itself is negligible):
+  ffi-floor   a bare ctypes call into libssu (ssu_version), the floor;
+  bound       BoundUpdate(): the argument struct built once, one ctypes call;
+  bound+ptrs  set_data_ptr() of the per-step tensors (x, dt, B, C, z, out)
+              before each call: what a loop whose buffers move pays;
+  execute     plan.execute(**arrays): every array described on every call.
+With --backend cuda the arrays are torch CUDA tensors and the calls are
+asynchronous launches; the numbers are host time per call (the GPU queue
+is drained outside the timed loops), so they include libssu's own launch
+path (cuLaunchKernelEx) as well as the Python side.
+
+    python3 bench_overhead.py [--backend cpu|cuda] [--iters N] [--json FILE]
+"""
+
+import argparse
+import json
+import sys
+import time
+
+
+def best_per_call(fn, iters, sync, repeats=5):
+    """Minimum over `repeats` of the mean time per call, in microseconds;
+    the device queue is drained between repeats, outside the timing."""
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / iters)
+    sync()
+    return best * 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--json", help="write the results to this file")
+    opt = ap.parse_args()
+
+    import ssu
+    from ssu import _lib
+
+    Bt, H, P, N, S = 1, 1, 16, 16, 2
+    if opt.backend == "cpu":
+        import numpy as np
+        ctx = ssu.Context("cpu", num_threads=1)
+
+        def arr(*shape, dtype="float32"):
+            return np.zeros(shape, dtype=dtype)
+        sync = lambda: None
+        stream = 0
+    else:
+        import torch
+        ctx = ssu.Context("cuda", device=torch.cuda.current_device())
+
+        def arr(*shape, dtype="float32"):
+            return torch.zeros(shape, dtype=getattr(torch, dtype), device="cuda")
+        sync = torch.cuda.synchronize
+        stream = torch.cuda.current_stream().cuda_stream
+
+    args = dict(state=arr(S, H, P, N), x=arr(Bt, H, P), dt=arr(Bt, H), A=arr(H) - 1,
+                B=arr(Bt, 1, N), C=arr(Bt, 1, N), D=arr(H), dt_bias=arr(H), z=arr(Bt, H, P),
+                out=arr(Bt, H, P), src_index=arr(Bt, dtype="int32"), dt_softplus=True)
+    plan = ctx.plan_update(**args)
+    call = plan.bind(stream=stream, **args)
+    moving = ("x", "dt", "B", "C", "z", "out")
+    if opt.backend == "cpu":
+        ptrs = {k: args[k].ctypes.data for k in moving}
+    else:
+        ptrs = {k: args[k].data_ptr() for k in moving}
+
+    def bound_ptrs():
+        call.set_data_ptr(**ptrs)
+        call()
+
+    def execute():
+        plan.execute(stream=stream, **args)
+
+    version = _lib.lib.ssu_version
+    results = {"backend": opt.backend, "device": ctx.device_name, "iters": opt.iters}
+    for name, fn in (("ffi_floor_us", version), ("bound_us", call),
+                     ("bound_ptrs_us", bound_ptrs), ("execute_us", execute)):
+        fn()
+        results[name] = round(best_per_call(fn, opt.iters, sync), 3)
+    for k, v in results.items():
+        print(f"{k:14s} {v}")
+    if opt.json:
+        with open(opt.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Loading libssu and declaring its C structs and functions with ctypes.
+
+The library is looked up, in order, at
+  1. the path in the SSU_LIBRARY environment variable,
+  2. libssu.so* inside this package's directory (for wheels that bundle it),
+  3. the system's search path (ctypes.util.find_library, then libssu.so.0).
+
+At import the ctypes struct declarations are checked against the layout
+that ssu.h 0.1 defines on 64-bit platforms (sizes and field offsets, the
+same numbers the Rust bindings' bindgen layout tests assert), and the
+library's version is checked against the header version these declarations
+were written for (same major, at least as new): a mismatch raises ImportError instead of
+letting a call read garbage.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+
+# ---------------------------------------------------------------------------
+# Constants (ssu.h)
+# ---------------------------------------------------------------------------
+
+HEADER_VERSION = (0, 1, 0)
+MAX_DIMS = 6
+
+SUCCESS = 0
+ERROR_INVALID_ARGUMENT = 100
+ERROR_NULL_POINTER = 101
+ERROR_BAD_RANK = 102
+ERROR_BAD_SHAPE = 103
+ERROR_BAD_STRIDE = 104
+ERROR_BAD_DTYPE = 105
+ERROR_DTYPE_MISMATCH = 106
+ERROR_INDEX_OUT_OF_RANGE = 107
+ERROR_SEQLEN_OUT_OF_RANGE = 108
+ERROR_INCOMPATIBLE_OPTIONS = 109
+ERROR_UNKNOWN_FLAG = 110
+ERROR_STRUCT_SIZE = 111
+ERROR_PLAN_MISMATCH = 112
+ERROR_BAD_HANDLE = 113
+ERROR_NOT_SUPPORTED = 200
+ERROR_BACKEND_UNAVAILABLE = 201
+ERROR_ALGORITHM_UNAVAILABLE = 202
+ERROR_DRIVER_NOT_FOUND = 300
+ERROR_DRIVER_TOO_OLD = 301
+ERROR_NO_DEVICE = 302
+ERROR_DEVICE_UNSUPPORTED = 303
+ERROR_CUDA = 304
+ERROR_OUT_OF_MEMORY = 400
+ERROR_RESOURCES = 401
+ERROR_INTERNAL = 500
+ERROR_VERSION = 600
+
+DTYPE_INVALID = 0
+DTYPE_F32 = 1
+DTYPE_F16 = 2
+DTYPE_BF16 = 3
+DTYPE_I16 = 4
+DTYPE_I32 = 5
+DTYPE_I64 = 6
+
+BACKEND_AUTO = 0
+BACKEND_CPU = 1
+BACKEND_CUDA = 2
+
+ALGORITHM_AUTO = 0
+ALGORITHM_CPU_ROWS = 1
+ALGORITHM_CUDA_SIMPLE = 2
+ALGORITHM_CUDA_TMA = 3
+
+UPDATE_DT_SOFTPLUS = 0x1
+UPDATE_DISABLE_STATE_UPDATE = 0x2
+
+ERROR_BIT_INDEX = 0x1
+ERROR_BIT_SEQLEN = 0x2
+
+# ---------------------------------------------------------------------------
+# Structs
+# ---------------------------------------------------------------------------
+
+
+class ssu_tensor_t(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("strides", ctypes.c_int64 * MAX_DIMS),
+    ]
+
+
+class ssu_state_pool_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("state", ssu_tensor_t),
+        ("state_scale", ssu_tensor_t),
+    ]
+
+
+class ssu_context_options_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("backend", ctypes.c_int32),
+        ("device_ordinal", ctypes.c_int32),
+        ("num_threads", ctypes.c_int32),
+    ]
+
+
+class ssu_plan_options_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("algorithm", ctypes.c_int32),
+    ]
+
+
+class ssu_plan_info_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("backend", ctypes.c_int32),
+        ("algorithm", ctypes.c_int32),
+        ("reserved0", ctypes.c_uint32),
+        ("algorithm_name", ctypes.c_char_p),
+    ]
+
+
+# The tensor fields of ssu_update_args_t, in declaration order.
+UPDATE_TENSOR_FIELDS = (
+    "x", "dt", "A", "B", "C", "D", "dt_bias", "z", "out",
+    "src_index", "dst_index", "cu_seqlens", "num_accepted_tokens",
+    "intermediate_states", "intermediate_index",
+)
+
+
+class ssu_update_args_t(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_uint32),
+            ("flags", ctypes.c_uint32),
+            ("pad_slot_id", ctypes.c_int64),
+            ("max_tokens", ctypes.c_int64),
+            ("pool", ctypes.POINTER(ssu_state_pool_t)),
+        ]
+        + [(name, ssu_tensor_t) for name in UPDATE_TENSOR_FIELDS]
+        + [("error_word", ctypes.c_void_p)]
+    )
+
+
+def _update_args_layout():
+    offsets = {"struct_size": 0, "flags": 4, "pad_slot_id": 8, "max_tokens": 16, "pool": 24}
+    off = 32
+    for name in UPDATE_TENSOR_FIELDS:
+        offsets[name] = off
+        off += 112
+    offsets["error_word"] = off
+    return off + 8, offsets
+
+
+# Sizes and offsets of ssu.h 0.1 on LP64 platforms (x86-64, aarch64 Linux).
+# tests/test_layout.py cross-checks these against the layout tests that
+# bindgen derived from the header (bindings/rust/ssu-sys/src/bindings.rs).
+EXPECTED_LAYOUT = {
+    ssu_tensor_t: (112, {"data": 0, "dtype": 8, "ndim": 12, "shape": 16, "strides": 64}),
+    ssu_state_pool_t: (232, {"struct_size": 0, "reserved0": 4, "state": 8, "state_scale": 120}),
+    ssu_context_options_t: (16, {"struct_size": 0, "backend": 4, "device_ordinal": 8, "num_threads": 12}),
+    ssu_plan_options_t: (8, {"struct_size": 0, "algorithm": 4}),
+    ssu_plan_info_t: (24, {"struct_size": 0, "backend": 4, "algorithm": 8, "reserved0": 12,
+                           "algorithm_name": 16}),
+    ssu_update_args_t: _update_args_layout(),
+}
+
+
+def check_layout():
+    """Raises ImportError if a ctypes struct differs from ssu.h's layout."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        raise ImportError("the ssu package supports 64-bit platforms only")
+    for struct, (size, offsets) in EXPECTED_LAYOUT.items():
+        if ctypes.sizeof(struct) != size:
+            raise ImportError(
+                f"ssu: ctypes.sizeof({struct.__name__})={ctypes.sizeof(struct)}, "
+                f"but ssu.h defines {size} bytes")
+        declared = [name for name, _ in struct._fields_]
+        if declared != list(offsets):
+            raise ImportError(f"ssu: {struct.__name__} fields {declared} differ from ssu.h")
+        for name, off in offsets.items():
+            got = getattr(struct, name).offset
+            if got != off:
+                raise ImportError(
+                    f"ssu: {struct.__name__}.{name} is at offset {got}, but ssu.h puts it at {off}")
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+
+def _candidates():
+    env = os.environ.get("SSU_LIBRARY")
+    if env:
+        # An explicit choice is final: failing to load it is an error rather
+        # than a silent fallback to some other libssu.
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "libssu.so*")), key=len)
+    system = ctypes.util.find_library("ssu")
+    if system:
+        found.append(system)
+    found.append("libssu.so.0")
+    return found, False
+
+
+def load_library():
+    names, explicit = _candidates()
+    errors = []
+    for name in names:
+        try:
+            return ctypes.CDLL(name), name
+        except OSError as e:
+            if explicit:
+                raise ImportError(f"ssu: SSU_LIBRARY={name} could not be loaded: {e}") from e
+            errors.append(f"{name}: {e}")
+    raise ImportError(
+        "ssu: libssu could not be found; set SSU_LIBRARY to the path of libssu.so "
+        "or install the library where the dynamic loader finds it ("
+        + "; ".join(errors) + ")")
+
+
+def declare(lib):
+    """Sets argtypes/restype of every entry point."""
+    vp = ctypes.c_void_p
+    i32 = ctypes.c_int32
+    sigs = {
+        "ssu_version": ([], ctypes.c_uint32),
+        "ssu_version_string": ([], ctypes.c_char_p),
+        "ssu_status_string": ([i32], ctypes.c_char_p),
+        "ssu_last_error_message": ([], ctypes.c_char_p),
+        "ssu_dtype_size": ([i32], ctypes.c_size_t),
+        "ssu_dtype_name": ([i32], ctypes.c_char_p),
+        "ssu_backend_name": ([i32], ctypes.c_char_p),
+        "ssu_context_create": ([ctypes.POINTER(ssu_context_options_t), ctypes.POINTER(vp)], i32),
+        "ssu_context_destroy": ([vp], i32),
+        "ssu_context_get_backend": ([vp, ctypes.POINTER(i32)], i32),
+        "ssu_context_device_name": ([vp], ctypes.c_char_p),
+        "ssu_plan_create_update": ([vp, ctypes.POINTER(ssu_update_args_t),
+                                    ctypes.POINTER(ssu_plan_options_t), ctypes.POINTER(vp)], i32),
+        "ssu_plan_destroy": ([vp], i32),
+        "ssu_plan_get_info": ([vp, ctypes.POINTER(ssu_plan_info_t)], i32),
+        "ssu_plan_execute_update": ([vp, ctypes.POINTER(ssu_update_args_t), vp], i32),
+    }
+    for name, (args, res) in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = res
+
+
+check_layout()
+lib, lib_path = load_library()
+declare(lib)
+
+_lib_version = lib.ssu_version()
+# Structs are only ever appended to and the library reads struct_size bytes,
+# so any library of the same major version at least as new as the header
+# these declarations follow is compatible.
+_header_code = HEADER_VERSION[0] * 10000 + HEADER_VERSION[1] * 100
+if _lib_version // 10000 != HEADER_VERSION[0] or _lib_version < _header_code:
+    raise ImportError(
+        f"ssu: {lib_path} is libssu {lib.ssu_version_string().decode()}, but this package "
+        f"needs a {HEADER_VERSION[0]}.x library of at least "
+        f"{HEADER_VERSION[0]}.{HEADER_VERSION[1]}")
