@@ -1,0 +1,171 @@
+// The CUDA side of ssu-bench: device memory, a device-to-device copy ceiling
+// and update calls, all timed the same way: a batch of calls captured once
+// into a CUDA graph, the graph replayed many times between CUDA events, the
+// median replay divided by the calls it holds. The driver is reached through
+// the same dlopen'ed table as the library (no libcuda or libcudart link).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../src/cuda/cuda_driver.h"
+#include "bench_device.h"
+
+namespace ssu_bench {
+namespace {
+
+using ssu_cuda::Driver;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+class CudaBenchDevice final : public BenchDevice {
+ public:
+  explicit CudaBenchDevice(ssu_context_t ctx) : name_(ssu_context_device_name(ctx)) {
+    std::string msg;
+    CUresult init = CUDA_SUCCESS;
+    if (ssu_cuda::load_driver(d_, &msg, &init) != ssu_cuda::LoadError::none)
+      throw std::runtime_error(msg);
+    // The context's device: ssu-bench creates CUDA contexts on ordinal 0.
+    ok(d_.DeviceGet(&dev_, 0), "cuDeviceGet");
+    ok(d_.DevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
+    ok(d_.CtxPushCurrent(ctx_), "cuCtxPushCurrent");
+    ok(d_.StreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    ok(d_.EventCreate(&start_, CU_EVENT_DEFAULT), "cuEventCreate");
+    ok(d_.EventCreate(&stop_, CU_EVENT_DEFAULT), "cuEventCreate");
+  }
+
+  ~CudaBenchDevice() override {
+    d_.EventDestroy(start_);
+    d_.EventDestroy(stop_);
+    d_.StreamDestroy(stream_);
+    CUcontext popped = nullptr;
+    d_.CtxPopCurrent(&popped);
+    d_.DevicePrimaryCtxRelease(dev_);
+  }
+
+  std::string name() const override { return name_; }
+
+  void* alloc(size_t bytes) override {
+    CUdeviceptr p = 0;
+    ok(d_.MemAlloc(&p, bytes), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
+  }
+  void release(void* p) override { d_.MemFree(reinterpret_cast<CUdeviceptr>(p)); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    ok(d_.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+
+  double time_copy(void* dst, const void* src, size_t bytes, int iters) override {
+    const CUdeviceptr d = reinterpret_cast<CUdeviceptr>(dst);
+    const CUdeviceptr s = reinterpret_cast<CUdeviceptr>(src);
+    const int per_graph = kCallsPerGraph;
+    return time_graph(
+        [&](CUstream st) {
+          for (int i = 0; i < per_graph; ++i) ok(d_.MemcpyDtoDAsync(d, s, bytes, st), "cuMemcpyDtoDAsync");
+        },
+        per_graph, iters);
+  }
+
+  double time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
+                     int iters) override {
+    if (calls.empty()) throw std::runtime_error("time_update: no calls");
+    const int per_graph = static_cast<int>(std::max<size_t>(calls.size(), kCallsPerGraph));
+    // One untimed pass outside capture (first-touch effects), then the graph.
+    for (const auto& c : calls) execute(plan, c, stream_);
+    ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
+    return time_graph(
+        [&](CUstream st) {
+          for (int i = 0; i < per_graph; ++i) execute(plan, calls[i % calls.size()], st);
+        },
+        per_graph, iters);
+  }
+
+  double host_time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
+                          int iters) override {
+    if (calls.empty()) throw std::runtime_error("host_time_update: no calls");
+    using Clock = std::chrono::steady_clock;
+    std::vector<double> t;
+    t.reserve(static_cast<size_t>(iters));
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      execute(plan, calls[static_cast<size_t>(i) % calls.size()], stream_);
+      const auto t1 = Clock::now();
+      t.push_back(std::chrono::duration<double>(t1 - t0).count());
+      // Keep the launch queue short so that no call blocks on a full queue.
+      if (i % 64 == 63) ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
+    }
+    ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
+    return median(t);
+  }
+
+ private:
+  static constexpr int kCallsPerGraph = 20;
+
+  void ok(CUresult r, const char* call) const {
+    if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(d_, call, r));
+  }
+
+  static void execute(ssu_plan_t plan, const ssu_update_args_t& args, CUstream st) {
+    const ssu_status_t s =
+        ssu_plan_execute_update(plan, &args, reinterpret_cast<ssu_stream_t>(st));
+    if (s != SSU_SUCCESS)
+      throw std::runtime_error(std::string("ssu_plan_execute_update: ") + ssu_status_string(s) +
+                               ": " + ssu_last_error_message());
+  }
+
+  // Captures `record(stream)` (which enqueues `calls` operations) into a
+  // graph, replays it once untimed, then `iters` times between events, and
+  // returns the median seconds per operation.
+  template <typename Record>
+  double time_graph(Record record, int calls, int iters) {
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    ok(d_.StreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    try {
+      record(stream_);
+    } catch (...) {
+      d_.StreamEndCapture(stream_, &graph);
+      if (graph) d_.GraphDestroy(graph);
+      throw;
+    }
+    ok(d_.StreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+    ok(d_.GraphInstantiate(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    std::vector<double> t;
+    t.reserve(static_cast<size_t>(iters));
+    ok(d_.GraphLaunch(exec, stream_), "cuGraphLaunch");
+    for (int i = 0; i < iters; ++i) {
+      ok(d_.EventRecord(start_, stream_), "cuEventRecord");
+      ok(d_.GraphLaunch(exec, stream_), "cuGraphLaunch");
+      ok(d_.EventRecord(stop_, stream_), "cuEventRecord");
+      ok(d_.EventSynchronize(stop_), "cuEventSynchronize");
+      float ms = 0.f;
+      ok(d_.EventElapsedTime(&ms, start_, stop_), "cuEventElapsedTime");
+      t.push_back(ms * 1e-3 / calls);
+    }
+    d_.GraphExecDestroy(exec);
+    d_.GraphDestroy(graph);
+    return median(t);
+  }
+
+  Driver d_;
+  std::string name_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUstream stream_ = nullptr;
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchDevice> make_cuda_bench_device(ssu_context_t ctx) {
+  return std::make_unique<CudaBenchDevice>(ctx);
+}
+
+}  // namespace ssu_bench

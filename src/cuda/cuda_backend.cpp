@@ -1,0 +1,271 @@
+// The CUDA backend: the embedded fatbin loaded once per context through the
+// driver API, every kernel resolved at creation, launches that never
+// synchronize, allocate or copy through the host.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "cuda/cuda_driver.h"
+#include "ssu_cuda_launch.h"
+
+// The fatbin, embedded by ssu_fatbin.S (generated at build time).
+extern "C" const unsigned char ssu_fatbin_data[];
+
+namespace ssu {
+namespace {
+
+using ssu_cuda::Driver;
+
+// The process-wide driver table, loaded on first use. A failed load is
+// remembered and reported again to later callers.
+const Driver& driver() {
+  static Driver d;
+  static ssu_status_t status = SSU_SUCCESS;
+  static std::string message;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    CUresult init = CUDA_SUCCESS;
+    switch (ssu_cuda::load_driver(d, &message, &init)) {
+      case ssu_cuda::LoadError::none: break;
+      case ssu_cuda::LoadError::not_found: status = SSU_ERROR_DRIVER_NOT_FOUND; break;
+      case ssu_cuda::LoadError::too_old: status = SSU_ERROR_DRIVER_TOO_OLD; break;
+      case ssu_cuda::LoadError::init_failed:
+        status = init == CUDA_ERROR_NO_DEVICE ? SSU_ERROR_NO_DEVICE : SSU_ERROR_CUDA;
+        if (init == CUDA_ERROR_NO_DEVICE) message += ": no CUDA device is visible";
+        break;
+    }
+  });
+  if (status != SSU_SUCCESS) fail(status, "%s", message.c_str());
+  return d;
+}
+
+void check(const Driver& d, CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) fail(SSU_ERROR_CUDA, "%s", ssu_cuda::describe(d, call, r).c_str());
+}
+
+int dtype_index(int32_t dtype) {
+  switch (dtype) {
+    case SSU_DTYPE_F32: return 0;
+    case SSU_DTYPE_F16: return 1;
+    case SSU_DTYPE_BF16: return 2;
+    default: return -1;
+  }
+}
+const char* const kDtypeNames[3] = {"f32", "f16", "bf16"};
+int dtype_bytes(int i) { return i == 0 ? 4 : 2; }
+
+// Kernel variants (see kernels/ssu_update.cu).
+enum Variant { kVec1 = 0, kVec2 = 1, kGen = 2, kNumVariants = 3 };
+const char* const kVariantNames[kNumVariants] = {"vec1", "vec2", "gen"};
+
+constexpr int64_t kMaxDstate = 256;
+
+int pow2_ceil(int v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : d_(driver()) {
+    int count = 0;
+    check(d_, d_.DeviceGetCount(&count), "cuDeviceGetCount");
+    if (count == 0) fail(SSU_ERROR_NO_DEVICE, "no CUDA device is visible");
+    if (ordinal < 0 || ordinal >= count)
+      fail(SSU_ERROR_NO_DEVICE, "device_ordinal=%d but %d CUDA device%s visible", ordinal,
+           count, count == 1 ? " is" : "s are");
+    check(d_, d_.DeviceGet(&dev_, ordinal), "cuDeviceGet");
+    int major = 0, minor = 0;
+    check(d_, d_.DeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev_),
+          "cuDeviceGetAttribute");
+    check(d_, d_.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_),
+          "cuDeviceGetAttribute");
+    check(d_, d_.DeviceGetAttribute(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_),
+          "cuDeviceGetAttribute");
+    cc_ = major * 10 + minor;
+    char name[256] = {0};
+    check(d_, d_.DeviceGetName(name, static_cast<int>(sizeof name) - 1, dev_), "cuDeviceGetName");
+    name_ = format("%s (sm_%d, %d SMs)", name, cc_, sms_);
+    if (cc_ < 80)
+      fail(SSU_ERROR_DEVICE_UNSUPPORTED,
+           "%s: compute capability %d.%d is below the 8.0 that libssu's CUDA kernels need",
+           name, major, minor);
+
+    check(d_, d_.DevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain");
+    try {
+      ContextGuard guard(d_, ctx_);
+      const CUresult r = d_.LibraryLoadData(&lib_, ssu_fatbin_data, nullptr, nullptr, 0,
+                                            nullptr, nullptr, 0);
+      if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+        fail(SSU_ERROR_DEVICE_UNSUPPORTED,
+             "%s: this libssu has no kernels for sm_%d (cuLibraryLoadData: "
+             "CUDA_ERROR_NO_BINARY_FOR_GPU); rebuild with -Dcuda_archs=sm_%d",
+             name, cc_, cc_);
+      check(d_, r, "cuLibraryLoadData");
+      for (int s = 0; s < 3; ++s)
+        for (int i = 0; i < 3; ++i)
+          for (int v = 0; v < kNumVariants; ++v) {
+            if (v == kVec2 && s != 0) continue;  // only f32 rows need two chunks
+            const std::string kname = format("ssu_update_%s_%s_%s", kDtypeNames[s],
+                                             kDtypeNames[i], kVariantNames[v]);
+            CUkernel k = nullptr;
+            CUresult rk = d_.LibraryGetKernel(&k, lib_, kname.c_str());
+            if (rk != CUDA_SUCCESS)
+              fail(SSU_ERROR_INTERNAL, "%s",
+                   ssu_cuda::describe(d_, ("cuLibraryGetKernel(" + kname + ")").c_str(), rk)
+                       .c_str());
+            CUfunction fn = nullptr;
+            check(d_, d_.KernelGetFunction(&fn, k), "cuKernelGetFunction");
+            // Load the code now, not lazily at a first launch that might be
+            // under stream capture.
+            if (d_.FuncLoad) check(d_, d_.FuncLoad(fn), "cuFuncLoad");
+            int regs = 0;
+            check(d_, d_.FuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
+                  "cuFuncGetAttribute");
+            fn_[s][i][v] = fn;
+          }
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~CudaBackend() override { release(); }
+
+  ssu_backend_t kind() const override { return SSU_BACKEND_CUDA; }
+  const char* device_name() const override { return name_.c_str(); }
+
+  ssu_algorithm_t plan_update(const ssu_update_params& p, ssu_algorithm_t requested) override {
+    if (dtype_index(p.state_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend supports f32, f16 and bf16 states, not %s",
+           ssu_dtype_name(p.state_dtype));
+    if (dtype_index(p.input_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend does not support %s inputs",
+           ssu_dtype_name(p.input_dtype));
+    if (p.dstate < 1 || p.dstate > kMaxDstate)
+      fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%lld but the CUDA backend supports 1..%lld",
+           static_cast<long long>(p.dstate), static_cast<long long>(kMaxDstate));
+    if (p.dim < 1 || p.dim * p.dstate > INT32_MAX)
+      fail(SSU_ERROR_NOT_SUPPORTED, "dim*dstate=%lld exceeds the CUDA backend's limit of 2^31-1",
+           static_cast<long long>(p.dim * p.dstate));
+    switch (requested) {
+      case SSU_ALGORITHM_AUTO:
+      case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
+      case SSU_ALGORITHM_CUDA_TMA:
+        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE,
+             "algorithm cuda_tma is not implemented by this libssu; use cuda_simple or auto");
+      default:
+        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %s cannot run on the CUDA backend",
+             algorithm_name(requested));
+    }
+  }
+
+  void execute_update(const ssu_update_params& p, ssu_algorithm_t algorithm,
+                      ssu_stream_t stream) override {
+    if (algorithm != SSU_ALGORITHM_CUDA_SIMPLE)
+      fail(SSU_ERROR_INTERNAL, "CUDA backend asked to run algorithm %d", algorithm);
+    if (p.batch <= 0) return;
+    const int si = dtype_index(p.state_dtype), ii = dtype_index(p.input_dtype);
+    if (si < 0 || ii < 0) fail(SSU_ERROR_INTERNAL, "unplanned dtype reached the CUDA backend");
+
+    ssu_cuda_update_launch L;
+    std::memcpy(&L.p, &p, sizeof p);
+    const int N = static_cast<int>(p.dstate), P = static_cast<int>(p.dim);
+
+    // 16-byte state accesses need every row start 16-byte aligned: the
+    // pools' base pointers, the row length and the slot strides.
+    const int sb = dtype_bytes(si);
+    const int vec = 16 / sb;
+    bool vec_ok = (N * sb) % 16 == 0 && aligned16(p.state) &&
+                  (p.state_stride_slot * sb) % 16 == 0 && N / vec <= 64;
+    if (p.features & SSU_F_HAS_INTER)
+      vec_ok = vec_ok && aligned16(p.inter_states) && (p.inter_stride_i * sb) % 16 == 0 &&
+               (p.inter_stride_t * sb) % 16 == 0;
+    Variant variant;
+    if (vec_ok) {
+      const int chunks = N / vec;
+      variant = chunks > 32 ? kVec2 : kVec1;
+      L.lanes_per_row = pow2_ceil(variant == kVec2 ? (chunks + 1) / 2 : chunks);
+    } else {
+      variant = kGen;
+      L.lanes_per_row = pow2_ceil((N + 7) / 8);
+    }
+    const CUfunction fn = fn_[si][ii][variant];
+
+    // Rows per thread: as many as the grid can afford while still giving
+    // every SM several blocks (dim tiling at small batch).
+    const int groups = SSU_CUDA_THREADS / L.lanes_per_row;
+    const int64_t bh = p.batch * p.nheads;
+    int rpt = SSU_CUDA_MAX_ROWS_PER_THREAD;
+    while (rpt > 1 && bh * ((P + groups * rpt - 1) / (groups * rpt)) < int64_t(sms_) * 8)
+      rpt >>= 1;
+    L.rows_per_thread = rpt;
+    L.rows_per_block = groups * rpt;
+    L.tiles_per_head = (P + L.rows_per_block - 1) / L.rows_per_block;
+    const int64_t blocks = bh * L.tiles_per_head;
+    if (blocks > INT32_MAX)
+      fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
+           static_cast<long long>(bh));
+
+    void* args[] = {&L};
+    const CUstream s = reinterpret_cast<CUstream>(stream);
+    CUcontext cur = nullptr;
+    const bool push = d_.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx_;
+    if (push) check(d_, d_.CtxPushCurrent(ctx_), "cuCtxPushCurrent");
+    const CUresult r = d_.LaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, SSU_CUDA_THREADS,
+                                       1, 1, 0, s, args, nullptr);
+    if (push) {
+      CUcontext popped = nullptr;
+      d_.CtxPopCurrent(&popped);
+    }
+    check(d_, r, "cuLaunchKernel");
+  }
+
+ private:
+  // Makes a context current for a scope, restoring the caller's afterwards.
+  struct ContextGuard {
+    ContextGuard(const Driver& d, CUcontext c) : d(d) {
+      check(d, d.CtxPushCurrent(c), "cuCtxPushCurrent");
+    }
+    ~ContextGuard() {
+      CUcontext popped = nullptr;
+      d.CtxPopCurrent(&popped);
+    }
+    const Driver& d;
+  };
+
+  void release() {
+    if (lib_) {
+      d_.LibraryUnload(lib_);
+      lib_ = nullptr;
+    }
+    if (ctx_) {
+      d_.DevicePrimaryCtxRelease(dev_);
+      ctx_ = nullptr;
+    }
+  }
+
+  const Driver& d_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+  CUlibrary lib_ = nullptr;
+  int cc_ = 0;
+  int sms_ = 1;
+  std::string name_;
+  CUfunction fn_[3][3][kNumVariants] = {};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device_ordinal) {
+  return std::make_unique<CudaBackend>(device_ordinal);
+}
+
+}  // namespace ssu
