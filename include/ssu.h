@@ -167,6 +167,18 @@ typedef struct ssu_state_pool {
   ssu_tensor_t state_scale;
 } ssu_state_pool_t;
 
+/** Identifiers of the library's structs, for ssu_struct_size(). */
+#define SSU_STRUCT_TENSOR 1
+#define SSU_STRUCT_STATE_POOL 2
+#define SSU_STRUCT_CONTEXT_OPTIONS 3
+#define SSU_STRUCT_PLAN_OPTIONS 4
+#define SSU_STRUCT_PLAN_INFO 5
+#define SSU_STRUCT_UPDATE_ARGS 6
+
+/** sizeof() of a struct as the loaded library knows it (0 for an unknown
+ *  id), so that bindings can check their layouts against the library. */
+SSU_API size_t ssu_struct_size(int32_t struct_id);
+
 /* ------------------------------------------------------------------------ */
 /* Initializers for extensible structs                                       */
 /* ------------------------------------------------------------------------ */

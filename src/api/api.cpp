@@ -165,6 +165,18 @@ const char* ssu_dtype_name(ssu_dtype_t d) {
   }
 }
 
+size_t ssu_struct_size(int32_t id) {
+  switch (id) {
+    case SSU_STRUCT_TENSOR: return sizeof(ssu_tensor_t);
+    case SSU_STRUCT_STATE_POOL: return sizeof(ssu_state_pool_t);
+    case SSU_STRUCT_CONTEXT_OPTIONS: return sizeof(ssu_context_options_t);
+    case SSU_STRUCT_PLAN_OPTIONS: return sizeof(ssu_plan_options_t);
+    case SSU_STRUCT_PLAN_INFO: return sizeof(ssu_plan_info_t);
+    case SSU_STRUCT_UPDATE_ARGS: return sizeof(ssu_update_args_t);
+    default: return 0;
+  }
+}
+
 const char* ssu_backend_name(ssu_backend_t b) {
   switch (b) {
     case SSU_BACKEND_AUTO: return "auto";

@@ -248,6 +248,7 @@ def declare(lib):
         "ssu_plan_destroy": ([vp], i32),
         "ssu_plan_get_info": ([vp, ctypes.POINTER(ssu_plan_info_t)], i32),
         "ssu_plan_execute_update": ([vp, ctypes.POINTER(ssu_update_args_t), vp], i32),
+        "ssu_struct_size": ([i32], ctypes.c_size_t),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)
@@ -255,9 +256,35 @@ def declare(lib):
         fn.restype = res
 
 
+# ssu_struct_size() ids (ssu.h SSU_STRUCT_*).
+_STRUCT_IDS = {
+    ssu_tensor_t: 1,
+    ssu_state_pool_t: 2,
+    ssu_context_options_t: 3,
+    ssu_plan_options_t: 4,
+    ssu_plan_info_t: 5,
+    ssu_update_args_t: 6,
+}
+
+
+def check_library_layout(lib):
+    """Raises ImportError unless the loaded library's structs fit ours.
+
+    Extensible structs only grow, so the library's may be larger (a newer
+    library) but never smaller; ssu_tensor_t is fixed and must be equal."""
+    for struct, sid in _STRUCT_IDS.items():
+        theirs = lib.ssu_struct_size(sid)
+        ours = ctypes.sizeof(struct)
+        if theirs < ours or (struct is ssu_tensor_t and theirs != ours):
+            raise ImportError(
+                f"ssu: the library's {struct.__name__} is {theirs} bytes but this package's "
+                f"is {ours}: the library and the package do not match")
+
+
 check_layout()
 lib, lib_path = load_library()
 declare(lib)
+check_library_layout(lib)
 
 _lib_version = lib.ssu_version()
 # Structs are only ever appended to and the library reads struct_size bytes,

@@ -41,6 +41,12 @@ pub const SSU_DTYPE_I16: i32 = 4;
 pub const SSU_DTYPE_I32: i32 = 5;
 pub const SSU_DTYPE_I64: i32 = 6;
 pub const SSU_MAX_DIMS: i32 = 6;
+pub const SSU_STRUCT_TENSOR: i32 = 1;
+pub const SSU_STRUCT_STATE_POOL: i32 = 2;
+pub const SSU_STRUCT_CONTEXT_OPTIONS: i32 = 3;
+pub const SSU_STRUCT_PLAN_OPTIONS: i32 = 4;
+pub const SSU_STRUCT_PLAN_INFO: i32 = 5;
+pub const SSU_STRUCT_UPDATE_ARGS: i32 = 6;
 pub const SSU_BACKEND_AUTO: i32 = 0;
 pub const SSU_BACKEND_CPU: i32 = 1;
 pub const SSU_BACKEND_CUDA: i32 = 2;
@@ -312,6 +318,11 @@ fn bindgen_test_layout_ssu_state_pool() {
 #[doc = "    by this version."]
 #[doc = " Later versions append pools (e.g. for the Mamba-3 step) to this struct."]
 pub type ssu_state_pool_t = ssu_state_pool;
+extern "C" {
+    #[doc = " sizeof() of a struct as the loaded library knows it (0 for an unknown"]
+    #[doc = "  id), so that bindings can check their layouts against the library."]
+    pub fn ssu_struct_size(struct_id: i32) -> usize;
+}
 #[doc = " Backends."]
 pub type ssu_backend_t = i32;
 extern "C" {
