@@ -1,0 +1,433 @@
+// The CUDA backend against the float64 reference: every case of the shared
+// update table, plus what only a GPU run can show (large batches, pools whose
+// element offsets pass 2^31, CUDA-graph capture and replay, the device error
+// word) and agreement with the CPU backend.
+//
+// Without a usable GPU the program prints why and exits 77 (meson's skip).
+//
+// Environment:
+//   SSU_TEST_FILTER=<substring>  only table cases whose description contains it
+//   SSU_TEST_CASE=<n>            only case n of the table
+//   SSU_TEST_EVERY=<k>           only every k-th table case (sanitizer runs)
+//   SSU_TEST_VERBOSE=1           print every case as it runs
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../../src/cuda/cuda_driver.h"
+#include "harness.h"
+
+using namespace ssutest;
+
+namespace {
+
+ssu_cuda::Driver g_drv;
+ssu_context_t g_cuda = nullptr;  // created before any other CUDA work (graph test)
+
+void ok(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
+}
+
+// Device memory of ordinal 0 through the driver API; the primary context is
+// made current on the test's thread.
+class CudaMemory final : public Memory {
+ public:
+  const char* name() const override { return "cuda"; }
+  void* alloc(size_t bytes) override {
+    CUdeviceptr p = 0;
+    ok(g_drv.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
+  }
+  void free(void* p) override {
+    if (p) g_drv.MemFree(reinterpret_cast<CUdeviceptr>(p));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) ok(g_drv.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes)
+      ok(g_drv.MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+  }
+  void synchronize(ssu_stream_t) override { ok(g_drv.CtxSynchronize(), "cuCtxSynchronize"); }
+};
+
+std::vector<UpdateCase> selected(const std::vector<UpdateCase>& table, bool apply_every) {
+  const char* filter = std::getenv("SSU_TEST_FILTER");
+  const char* only = std::getenv("SSU_TEST_CASE");
+  const char* every_s = std::getenv("SSU_TEST_EVERY");
+  const long every = apply_every && every_s ? std::max(1L, std::strtol(every_s, nullptr, 10)) : 1;
+  std::vector<UpdateCase> out;
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (only && std::to_string(i) != only) continue;
+    if (filter && describe(table[i]).find(filter) == std::string::npos) continue;
+    if (long(i) % every) continue;
+    out.push_back(table[i]);
+  }
+  return out;
+}
+
+int run_cases(const std::vector<UpdateCase>& cases, const char* what) {
+  CudaMemory mem;
+  const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  int failed = 0;
+  int64_t elements = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (verbose) {
+      std::printf("[%zu] %s\n", i, describe(cases[i]).c_str());
+      std::fflush(stdout);
+    }
+    const CheckResult r = run_update_case(g_cuda, mem, cases[i]);
+    elements += r.elements;
+    if (!r.ok && ++failed <= 25) FAIL_CHECK(what << " case " << i << ": " << r.message);
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("gpu %s: %zu cases, %d failed, %lld elements checked, %.1f s\n", what,
+              cases.size(), failed, (long long)elements, secs);
+  return failed;
+}
+
+}  // namespace
+
+TEST_CASE("gpu: every update case of the table matches the float64 reference") {
+  const std::vector<UpdateCase> cases = selected(update_case_table(), true);
+  CHECK(run_cases(cases, "table") == 0);
+}
+
+TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
+  std::vector<UpdateCase> cases;
+  const ssu_dtype_t fl[3] = {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16};
+  uint64_t seed = 900;
+  for (ssu_dtype_t st : fl)
+    for (ssu_dtype_t in : fl) {
+      UpdateCase c;
+      c.dtypes(st, in, SSU_DTYPE_F32).shape(8, 2, 64, 128);
+      c.batch = 512;
+      c.pad = Pad::Negative;
+      c.seed = seed++;
+      c.tag = "large_batch";
+      cases.push_back(c);
+      UpdateCase m = c;  // multi-token, intermediate buffer
+      m.multi(4);
+      m.store = Store::Intermediate;
+      m.batch = 64;
+      m.seed = seed++;
+      cases.push_back(m);
+    }
+  // The default serving shape at batch 512; odd strides force the general path.
+  for (uint32_t layout : {uint32_t(kDense), uint32_t(kPadded), uint32_t(kOddPadded)})
+    for (int64_t N : {16, 64, 128, 256}) {
+      UpdateCase c;
+      c.dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(16, 2, 64, N);
+      c.batch = 512;
+      c.layout = layout;
+      c.seed = seed++;
+      c.tag = "large_batch_layouts";
+      cases.push_back(c);
+    }
+  // Mamba-1 at a serving batch.
+  {
+    UpdateCase c;
+    c.mamba1();
+    c.dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(1, 1, 1024, 16);
+    c.batch = 256;
+    c.seed = seed++;
+    c.tag = "mamba1_large_batch";
+    cases.push_back(c);
+  }
+  CHECK(run_cases(selected(cases, false), "large") == 0);
+}
+
+// A bf16 pool whose last slots start past element 2^31, run on the GPU and,
+// on a dense copy of the same slots, on the CPU backend: both must agree with
+// each other (and nothing outside the named slots may change).
+TEST_CASE("gpu: pool offsets beyond 2^31 elements agree with the CPU backend") {
+  const int64_t H = 2, P = 64, N = 128, HPN = H * P * N, G = 1;
+  const int64_t stride = HPN * 8 + 8;  // non-dense slot stride, 16-byte aligned
+  const int64_t S = (int64_t(1) << 31) / stride + 3;
+  REQUIRE(S * stride > (int64_t(1) << 31));
+  const int64_t Bt = 4;
+  const int64_t slots[Bt] = {S - 1, S - 2, 5, S - 3};
+
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CPU;
+  o.num_threads = 1;
+  ssu_context_t cpu = nullptr;
+  REQUIRE(ssu_context_create(&o, &cpu) == SSU_SUCCESS);
+
+  CudaMemory mem;
+  const size_t pool_bytes = size_t(S * stride) * 2;
+  void* dpool = mem.alloc(pool_bytes);
+  ok(g_drv.MemsetD8(reinterpret_cast<CUdeviceptr>(dpool), 0x5a, pool_bytes), "cuMemsetD8");
+
+  uint64_t rng = 12345;
+  auto rnd = [&]() {  // uniform in [-1, 1)
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return float((rng >> 40) & 0xffffff) / float(1 << 23) - 1.f;
+  };
+  auto bf = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1);
+    return uint16_t(u >> 16);
+  };
+  std::vector<uint16_t> hstate(size_t(Bt * HPN)), x(size_t(Bt * H * P)), z(x.size()),
+      Bm(size_t(Bt * G * N)), Cm(Bm.size());
+  std::vector<float> dt(static_cast<size_t>(Bt * H)), A(static_cast<size_t>(H)), D(static_cast<size_t>(H)), dtb(static_cast<size_t>(H));
+  for (auto& v : hstate) v = bf(rnd());
+  for (auto& v : x) v = bf(rnd());
+  for (auto& v : z) v = bf(rnd());
+  for (auto& v : Bm) v = bf(rnd());
+  for (auto& v : Cm) v = bf(rnd());
+  for (auto& v : dt) v = rnd();
+  for (int64_t h = 0; h < H; ++h) {
+    A[size_t(h)] = -1.f - float(h);
+    D[size_t(h)] = 0.5f;
+    dtb[size_t(h)] = -3.5f;
+  }
+  for (int64_t b = 0; b < Bt; ++b)
+    mem.upload(static_cast<uint16_t*>(dpool) + slots[b] * stride, &hstate[size_t(b * HPN)],
+               size_t(HPN) * 2);
+
+  auto t = [](void* data, ssu_dtype_t dtype, std::vector<int64_t> shape,
+              std::vector<int64_t> strides) {
+    ssu_tensor_t d;
+    std::memset(&d, 0, sizeof d);
+    d.data = data;
+    d.dtype = dtype;
+    d.ndim = int32_t(shape.size());
+    for (size_t k = 0; k < shape.size(); ++k) {
+      d.shape[k] = shape[k];
+      d.strides[k] = strides[k];
+    }
+    return d;
+  };
+  struct Side {
+    void *state, *x, *z, *B, *C, *dt, *A, *D, *dtb, *out, *src;
+  };
+  auto make_args = [&](const Side& s, ssu_state_pool_t* pool, int64_t nslots, int64_t sstride) {
+    pool->state = t(s.state, SSU_DTYPE_BF16, {nslots, H, P, N}, {sstride, P * N, N, 1});
+    ssu_update_args_t a = SSU_UPDATE_ARGS_INIT;
+    a.flags = SSU_UPDATE_DT_SOFTPLUS;
+    a.pool = pool;
+    a.x = t(s.x, SSU_DTYPE_BF16, {Bt, H, P}, {H * P, P, 1});
+    a.z = t(s.z, SSU_DTYPE_BF16, {Bt, H, P}, {H * P, P, 1});
+    a.out = t(s.out, SSU_DTYPE_BF16, {Bt, H, P}, {H * P, P, 1});
+    a.B = t(s.B, SSU_DTYPE_BF16, {Bt, G, N}, {G * N, N, 1});
+    a.C = t(s.C, SSU_DTYPE_BF16, {Bt, G, N}, {G * N, N, 1});
+    a.dt = t(s.dt, SSU_DTYPE_F32, {Bt, H}, {H, 1});
+    a.A = t(s.A, SSU_DTYPE_F32, {H}, {1});
+    a.D = t(s.D, SSU_DTYPE_F32, {H}, {1});
+    a.dt_bias = t(s.dtb, SSU_DTYPE_F32, {H}, {1});
+    a.src_index = t(s.src, SSU_DTYPE_I64, {Bt}, {1});
+    return a;
+  };
+  auto dev_copy = [&](const void* host, size_t bytes) {
+    void* p = mem.alloc(bytes);
+    mem.upload(p, host, bytes);
+    return p;
+  };
+  std::vector<int64_t> src(slots, slots + Bt), src_cpu = {0, 1, 2, 3};
+  Side g{dpool,
+         dev_copy(x.data(), x.size() * 2),
+         dev_copy(z.data(), z.size() * 2),
+         dev_copy(Bm.data(), Bm.size() * 2),
+         dev_copy(Cm.data(), Cm.size() * 2),
+         dev_copy(dt.data(), dt.size() * 4),
+         dev_copy(A.data(), A.size() * 4),
+         dev_copy(D.data(), D.size() * 4),
+         dev_copy(dtb.data(), dtb.size() * 4),
+         mem.alloc(x.size() * 2),
+         dev_copy(src.data(), src.size() * 8)};
+  std::vector<uint16_t> cstate = hstate, cout(x.size());
+  Side c{cstate.data(), x.data(), z.data(), Bm.data(), Cm.data(), dt.data(), A.data(),
+         D.data(), dtb.data(), cout.data(), src_cpu.data()};
+  ssu_state_pool_t gpool = SSU_STATE_POOL_INIT, cpool = SSU_STATE_POOL_INIT;
+  const ssu_update_args_t ga = make_args(g, &gpool, S, stride);
+  const ssu_update_args_t ca = make_args(c, &cpool, Bt, HPN);
+
+  for (auto [ctx, args] : {std::pair{g_cuda, &ga}, std::pair{cpu, &ca}}) {
+    ssu_plan_t plan = nullptr;
+    REQUIRE_MESSAGE(ssu_plan_create_update(ctx, args, nullptr, &plan) == SSU_SUCCESS,
+                    ssu_last_error_message());
+    REQUIRE_MESSAGE(ssu_plan_execute_update(plan, args, nullptr) == SSU_SUCCESS,
+                    ssu_last_error_message());
+    ssu_plan_destroy(plan);
+  }
+  mem.synchronize(nullptr);
+
+  auto f32 = [](uint16_t h) {
+    const uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  std::vector<uint16_t> gout(x.size()), gstate(static_cast<size_t>(HPN));
+  mem.download(gout.data(), g.out, gout.size() * 2);
+  int bad = 0;
+  for (size_t i = 0; i < gout.size(); ++i) {
+    const float a = f32(gout[i]), b = f32(cout[i]);
+    if (!(std::fabs(a - b) <= 1e-3f + 1e-2f * std::fabs(b)) && ++bad <= 5)
+      FAIL_CHECK("out[" << i << "] gpu " << a << " cpu " << b);
+  }
+  for (int64_t b = 0; b < Bt; ++b) {
+    mem.download(gstate.data(), static_cast<uint16_t*>(dpool) + slots[b] * stride,
+                 size_t(HPN) * 2);
+    for (int64_t i = 0; i < HPN; ++i) {
+      const float a = f32(gstate[size_t(i)]), r = f32(cstate[size_t(b * HPN + i)]);
+      if (!(std::fabs(a - r) <= 1e-2f + 1e-2f * std::fabs(r)) && ++bad <= 10)
+        FAIL_CHECK("state slot " << slots[b] << " [" << i << "] gpu " << a << " cpu " << r);
+    }
+  }
+  // The padding between slots of the last slot is untouched.
+  std::vector<uint16_t> gap(static_cast<size_t>(stride - HPN));
+  mem.download(gap.data(), static_cast<uint16_t*>(dpool) + (S - 1) * stride + HPN,
+               gap.size() * 2);
+  for (auto v : gap)
+    if (v != 0x5a5a && ++bad <= 12) FAIL_CHECK("slot padding written: " << v);
+  CHECK(bad == 0);
+  for (void* p : {g.x, g.z, g.B, g.C, g.dt, g.A, g.D, g.dtb, g.out, g.src, dpool}) mem.free(p);
+  ssu_context_destroy(cpu);
+}
+
+// Captured once in global mode (the strictest: any forbidden call during
+// capture fails), replayed with changed indices and padding.
+TEST_CASE("gpu: execute is capturable in a CUDA graph and replays with new indices") {
+  CudaMemory mem;
+  UpdateCase c;
+  c.dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(8, 2, 64, 128);
+  c.batch = 6;
+  c.index = SSU_DTYPE_I32;
+  c.seed = 4242;
+  c.extra_slots = 4;
+  c.tag = "graph";
+  UpdateProblem problem(c, mem);
+  const ssu_update_args_t args = problem.args();
+  ssu_plan_t plan = nullptr;
+  REQUIRE_MESSAGE(ssu_plan_create_update(g_cuda, &args, nullptr, &plan) == SSU_SUCCESS,
+                  ssu_last_error_message());
+
+  CUstream stream = nullptr;
+  ok(g_drv.StreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  ok(g_drv.StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  const ssu_status_t st =
+      ssu_plan_execute_update(plan, &args, reinterpret_cast<ssu_stream_t>(stream));
+  const std::string msg = ssu_last_error_message();
+  ok(g_drv.StreamEndCapture(stream, &graph), "cuStreamEndCapture");
+  REQUIRE_MESSAGE(st == SSU_SUCCESS, msg);
+  ok(g_drv.GraphInstantiate(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+
+  // Replay 1: the captured indices.
+  ok(g_drv.GraphLaunch(exec, stream), "cuGraphLaunch");
+  ok(g_drv.StreamSynchronize(stream), "cuStreamSynchronize");
+  CheckResult r = problem.check();
+  CHECK_MESSAGE(r.ok, r.message);
+
+  // Replay 2: rotate the source slots among the sequences and pad one.
+  std::vector<int32_t> src(size_t(c.batch));
+  mem.download(src.data(), args.src_index.data, src.size() * 4);
+  for (int64_t b = 0; b < c.batch; ++b)
+    problem.poke_index("src_index", b, b == 2 ? -1 : src[size_t((b + 1) % c.batch)]);
+  problem.reset();
+  ok(g_drv.GraphLaunch(exec, stream), "cuGraphLaunch");
+  ok(g_drv.StreamSynchronize(stream), "cuStreamSynchronize");
+  r = problem.check();
+  CHECK_MESSAGE(r.ok, r.message);
+
+  g_drv.GraphExecDestroy(exec);
+  g_drv.GraphDestroy(graph);
+  g_drv.StreamDestroy(stream);
+  ssu_plan_destroy(plan);
+}
+
+TEST_CASE("gpu: slot indices beyond the pool are padding and set the error word") {
+  CudaMemory mem;
+  for (ssu_dtype_t idx : {SSU_DTYPE_I32, SSU_DTYPE_I64}) {
+    UpdateCase c;
+    c.dtypes(SSU_DTYPE_BF16, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(4, 1, 64, 64);
+    c.batch = 3;
+    c.index = idx;
+    c.has_dst = true;
+    c.seed = 77;
+    UpdateProblem problem(c, mem);
+    ssu_update_args_t args = problem.args();
+    ssu_plan_t plan = nullptr;
+    REQUIRE(ssu_plan_create_update(g_cuda, &args, nullptr, &plan) == SSU_SUCCESS);
+    uint32_t* word = static_cast<uint32_t*>(mem.alloc(4));
+    const uint32_t zero = 0;
+    mem.upload(word, &zero, 4);
+    args.error_word = word;
+    // A bad dst on a live sequence: that store is skipped, the rest runs.
+    problem.poke_index("dst_index", 0, problem.slots() + 7);
+    REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+    uint32_t got = 0;
+    mem.synchronize(nullptr);
+    mem.download(&got, word, 4);
+    CHECK(got == SSU_ERROR_BIT_INDEX);
+    // A bad src: the sequence is padding (zero output, no pool access).
+    mem.upload(word, &zero, 4);
+    problem.poke_index("src_index", 1, problem.slots());
+    problem.reset();
+    REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+    mem.synchronize(nullptr);
+    mem.download(&got, word, 4);
+    CHECK(got == SSU_ERROR_BIT_INDEX);
+    std::vector<uint16_t> out(size_t(c.H * c.P));
+    mem.download(out.data(),
+                 static_cast<const uint16_t*>(args.out.data) + args.out.strides[0],
+                 out.size() * 2);
+    for (uint16_t v : out) CHECK(v == 0);
+    mem.free(word);
+    ssu_plan_destroy(plan);
+  }
+}
+
+int main(int argc, char** argv) {
+  // The context comes first: the graph test relies on nothing having been
+  // loaded lazily afterwards.
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CUDA;
+  const ssu_status_t st = ssu_context_create(&o, &g_cuda);
+  if (st == SSU_ERROR_DRIVER_NOT_FOUND || st == SSU_ERROR_NO_DEVICE ||
+      st == SSU_ERROR_BACKEND_UNAVAILABLE || st == SSU_ERROR_DEVICE_UNSUPPORTED) {
+    std::printf("SKIP: no usable CUDA device: %s (%s)\n", ssu_last_error_message(),
+                ssu_status_string(st));
+    return 77;
+  }
+  if (st != SSU_SUCCESS) {
+    std::printf("ssu_context_create(CUDA) failed: %s: %s\n", ssu_status_string(st),
+                ssu_last_error_message());
+    return 1;
+  }
+  std::printf("device: %s\n", ssu_context_device_name(g_cuda));
+  std::string msg;
+  CUresult init = CUDA_SUCCESS;
+  if (ssu_cuda::load_driver(g_drv, &msg, &init) != ssu_cuda::LoadError::none) {
+    std::printf("cannot load the driver for the test's own allocations: %s\n", msg.c_str());
+    return 1;
+  }
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  ok(g_drv.DeviceGet(&dev, 0), "cuDeviceGet");
+  ok(g_drv.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  ok(g_drv.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+
+  doctest::Context dc(argc, argv);
+  const int rc = dc.run();
+  ssu_context_destroy(g_cuda);
+  CUcontext popped = nullptr;
+  g_drv.CtxPopCurrent(&popped);
+  g_drv.DevicePrimaryCtxRelease(dev);
+  return rc;
+}
