@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Builds libssu with the CUDA backend, runs the GPU test suite (optionally
+# under compute-sanitizer), runs ssu-bench over the recorded configurations
+# and, if present, the Python binding's GPU check. Meant for one call on a
+# GPU machine:
+#
+#   bash tools/gpu-check.sh OUTDIR
+#
+# Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
+# SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
+# TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
+# Writes OUTDIR/gpu-check.log (everything), OUTDIR/bench.txt (the tables),
+# OUTDIR/bench.json (one JSON document per configuration, in order) and
+# OUTDIR/testlog.txt; prints a short summary last.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${1:?usage: tools/gpu-check.sh OUTDIR}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+exec > >(tee "$out/gpu-check.log") 2>&1
+cd "$root"
+
+archs="${GPU_ARCHS:-sm_90a}"
+build="${BUILD:-build-gpu}"
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+echo "== $(date -u '+%Y-%m-%d %H:%M:%S UTC')  $(git rev-parse --short HEAD 2>/dev/null)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+  --format=csv 2>&1
+nvcc --version | tail -2
+export PATH="$PATH:/usr/local/cuda/bin"
+
+# --- build ------------------------------------------------------------------
+t0=$(date +%s)
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" -Dgpu_archs="$archs" -Dbuildtype=release >/dev/null || {
+    note "meson setup FAILED"; printf '%s\n' "${summary[@]}"; exit 1; }
+fi
+if ! ninja -C "$build" > "$out/build.txt" 2>&1; then
+  cat "$out/build.txt"
+  note "build FAILED"
+  printf '%s\n' "${summary[@]}"
+  exit 1
+fi
+note "build ok ($archs) in $(( $(date +%s) - t0 )) s"
+echo "NEEDED of libssu.so:"; readelf -d "$build/libssu.so" | grep NEEDED
+if readelf -d "$build/libssu.so" | grep -qE 'libcuda|libcudart'; then
+  note "libssu.so NEEDS libcuda/libcudart: FAIL"
+else
+  note "libssu.so names neither libcuda nor libcudart"
+fi
+cuobjdump --list-elf "$build/libssu.so" 2>&1 | head -5
+
+# --- tests -------------------------------------------------------------------
+if [ "${TESTS:-1}" != 0 ]; then
+  t0=$(date +%s)
+  SSU_TEST_VERBOSE= "$build/tests/gpu/test_gpu_update" 2>&1 | tail -40
+  rc=${PIPESTATUS[0]}
+  note "gpu suite: exit $rc in $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  meson test -C "$build" --no-rebuild --suite cpu --suite api --suite validation --suite abi \
+    --print-errorlogs 2>&1 | tail -15
+  note "cpu/api/validation/abi suites: exit $? in $(( $(date +%s) - t0 )) s"
+  if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
+    for tool in memcheck racecheck; do
+      t0=$(date +%s)
+      SSU_TEST_EVERY=${SSU_TEST_EVERY:-9} compute-sanitizer --tool $tool --error-exitcode 99 \
+        --print-limit 20 "$build/tests/gpu/test_gpu_update" \
+        --test-case='*table*,*graph*,*error word*' 2>&1 | tail -12
+      note "compute-sanitizer $tool: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+    done
+  fi
+  cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
+fi
+
+# --- benchmarks ----------------------------------------------------------------
+if [ "${BENCH:-1}" != 0 ]; then
+  : > "$out/bench.txt"
+  : > "$out/bench.json"
+  bench() {
+    echo "### ssu-bench --backend cuda $* ${BENCH_ARGS:-}" | tee -a "$out/bench.txt"
+    "$build/bench/ssu-bench" --backend cuda "$@" ${BENCH_ARGS:-} --json /tmp/ssu-bench.json \
+      2>&1 | tee -a "$out/bench.txt"
+    cat /tmp/ssu-bench.json >> "$out/bench.json" 2>/dev/null
+    echo >> "$out/bench.json"
+  }
+  bench --state-dtype f32
+  bench --state-dtype bf16
+  bench --state-dtype f16
+  bench --mamba1 --batch 1,8,64,256
+  bench --tokens 4 --batch 1,8,64,128
+  note "benchmarks done (bench.txt)"
+fi
+
+# --- Python binding -------------------------------------------------------------
+if [ -x tools/gpu-python-check.sh ] && [ "${PY:-1}" != 0 ]; then
+  tools/gpu-python-check.sh "$out/py" "$build/libssu.so.0" > /dev/null 2>&1
+  note "python gpu check: exit $? (log in py/)"
+fi
+
+echo
+echo "================ summary ================"
+printf '%s\n' "${summary[@]}"
+if [ -s "$out/bench.txt" ]; then
+  grep -E '^###|^\| [0-9]' "$out/bench.txt" | cut -c1-110
+fi
