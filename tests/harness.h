@@ -1,0 +1,194 @@
+// Test harness for the selective state update: builds a problem from a
+// compact case description, fills fresh model-like random inputs, lays them
+// out in (possibly strided) device or host buffers, runs the library and
+// checks every element of every buffer against the float64 reference.
+//
+// Memory is reached only through the small Memory interface, so the same
+// harness and case table drive the CPU suite (HostMemory) and the GPU suite
+// (a CUDA implementation in tests/gpu).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "reference.h"
+#include "ssu.h"
+
+namespace ssutest {
+
+// ---------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------
+class Memory {
+ public:
+  virtual ~Memory() = default;
+  virtual const char* name() const = 0;
+  // Returns `bytes` of memory the backend can address (never NULL; throws on
+  // failure). alloc(0) returns a valid, unique pointer.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual void upload(void* dst, const void* src_host, size_t bytes) = 0;
+  virtual void download(void* dst_host, const void* src, size_t bytes) = 0;
+  // Waits until work issued to `stream` is done (host: nothing to wait for).
+  virtual void synchronize(ssu_stream_t stream) { (void)stream; }
+};
+
+class HostMemory final : public Memory {
+ public:
+  const char* name() const override { return "host"; }
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void upload(void* dst, const void* src_host, size_t bytes) override;
+  void download(void* dst_host, const void* src, size_t bytes) override;
+};
+
+// ---------------------------------------------------------------------------
+// Case descriptions
+// ---------------------------------------------------------------------------
+using Form = RefForm;
+
+// Where states are stored (one per call).
+enum class Store {
+  Final,         // after the last token, to dst (1-D) or the initial slot
+  DstPerToken,   // dst_index (Bt, T): after every token
+  Intermediate,  // intermediate_states buffer after every token, plus final
+};
+
+// How padded sequences are marked.
+enum class Pad {
+  None,
+  Negative,          // negative slot indices (-1, -2, INT_MIN, ...)
+  PadSlotId,         // pad_slot_id = S + 5 (beyond the pool), plus negatives
+  PadSlotIdInRange,  // pad_slot_id = an unused slot of the pool
+};
+
+// Memory layout variations (bit flags), all legal per ssu.h.
+enum LayoutFlags : uint32_t {
+  kDense = 0,
+  kPadded = 1u << 0,      // padded strides that keep 16-byte alignment
+  kOddPadded = 1u << 1,   // odd padded strides (element alignment only)
+  kBroadcast = 1u << 2,   // per-head params given through per-channel shapes
+                          // with stride-0 axes; dt with a stride-0 P axis
+  kTransposed = 1u << 3,  // token-major multi-token tensors, column-major
+                          // 2-D indices
+};
+
+struct UpdateCase {
+  Form form = Form::Single;
+  Store store = Store::Final;
+
+  ssu_dtype_t state = SSU_DTYPE_F32;
+  ssu_dtype_t input = SSU_DTYPE_F32;  // x, B, C, z, out
+  ssu_dtype_t dt = SSU_DTYPE_F32;
+  ssu_dtype_t A = SSU_DTYPE_F32;
+  ssu_dtype_t D = SSU_DTYPE_F32;
+  ssu_dtype_t dt_bias = SSU_DTYPE_F32;
+  ssu_dtype_t index = SSU_DTYPE_I32;  // src/dst/cu_seqlens/...; INVALID: no slot index
+
+  int64_t H = 2, G = 1, P = 64, N = 16;
+  int64_t batch = 3;
+  int64_t T = 1;  // ignored (1) in the single-token form
+
+  bool A_per_channel = false, dt_per_channel = false;
+  bool D_per_channel = false, dt_bias_per_channel = false;
+  bool has_D = true, has_dt_bias = true, has_z = true;
+  bool softplus = true;
+  bool disable_update = false;
+
+  bool has_src = true;     // src_index given (needs index != INVALID)
+  bool src_2d = false;     // src_index (Bt, T)
+  bool has_dst = false;    // dst_index given: (Bt,) for Final/Intermediate
+  bool dst_is_src = false; // DstPerToken: dst_index is the src tensor itself
+  bool num_accepted = false;
+  bool inter_index = false;  // Intermediate: explicit intermediate_index
+
+  Pad pad = Pad::None;
+  uint32_t layout = kDense;
+  bool large_dt = false;   // some steps beyond softplus' threshold of 20
+  int extra_slots = 3;     // unused pool slots beyond what the case needs
+  uint64_t seed = 1;
+  const char* tag = "";    // a short name of what the case exercises
+
+  // Fluent setters for readable case tables.
+  UpdateCase& single() { form = Form::Single; T = 1; return *this; }
+  UpdateCase& multi(int64_t t) { form = Form::Multi; T = t; return *this; }
+  UpdateCase& varlen(int64_t t) { form = Form::Varlen; T = t; return *this; }
+  UpdateCase& dtypes(ssu_dtype_t st, ssu_dtype_t in, ssu_dtype_t param) {
+    state = st; input = in; dt = A = D = dt_bias = param; return *this;
+  }
+  UpdateCase& params(ssu_dtype_t dt_, ssu_dtype_t A_, ssu_dtype_t D_, ssu_dtype_t dtb_) {
+    dt = dt_; A = A_; D = D_; dt_bias = dtb_; return *this;
+  }
+  UpdateCase& shape(int64_t h, int64_t g, int64_t p, int64_t n) {
+    H = h; G = g; P = p; N = n; return *this;
+  }
+  UpdateCase& mamba1() {
+    H = G = 1;
+    A_per_channel = dt_per_channel = D_per_channel = dt_bias_per_channel = true;
+    return *this;
+  }
+};
+
+// One line describing a case, enough to rebuild it.
+std::string describe(const UpdateCase& c);
+
+// ---------------------------------------------------------------------------
+// A built problem: buffers in `Memory`, their initial host images, the
+// reference inputs.
+// ---------------------------------------------------------------------------
+struct CheckResult {
+  bool ok = true;
+  std::string message;   // the case and the first bad elements when !ok
+  int64_t elements = 0;  // elements compared
+};
+
+class UpdateProblem {
+ public:
+  UpdateProblem(const UpdateCase& c, Memory& mem);
+  ~UpdateProblem();
+  UpdateProblem(const UpdateProblem&) = delete;
+  UpdateProblem& operator=(const UpdateProblem&) = delete;
+
+  const UpdateCase& spec() const { return case_; }
+  // Arguments addressing this problem's buffers; `pool` points into this
+  // object. A fresh copy per call, so tests can mutate it freely.
+  ssu_update_args_t args() const;
+  const ssu_state_pool_t* pool() const { return &pool_; }
+  int64_t slots() const { return S_; }
+  int64_t rows() const { return rows_; }
+  // Restores every buffer to its initial (poisoned) contents.
+  void reset();
+  // Downloads every buffer and checks each element against the reference.
+  CheckResult check() const;
+  // Downloads every buffer and checks it is bit-identical to its initial
+  // contents (nothing written).
+  CheckResult check_unchanged() const;
+  // Sets a raw element of a named index buffer (e.g. "src_index") on the
+  // device and in the initial image; for validation tests.
+  void poke_index(const std::string& buffer, int64_t element, int64_t value);
+
+ private:
+  struct Buffer;
+  struct Impl;
+  UpdateCase case_;
+  Memory& mem_;
+  int64_t S_ = 0, rows_ = 0;
+  ssu_state_pool_t pool_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Plans, executes on `stream` and checks one case. The plan is created and
+// destroyed here; `plan_options` may be NULL.
+CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase& c,
+                            ssu_stream_t stream = nullptr,
+                            const ssu_plan_options_t* plan_options = nullptr);
+
+// The table of update cases (SPEC sections 1 and 2), deterministic: a fixed
+// seed per case. Covers every form and store mode with every dtype
+// combination, every value of every shape axis, and seeded random mixes.
+std::vector<UpdateCase> update_case_table();
+
+}  // namespace ssutest

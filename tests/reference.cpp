@@ -1,0 +1,284 @@
+// Float64 reference of SPEC.md sections 1 and 2; see reference.h.
+#include "reference.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace ssutest {
+
+// ---------------------------------------------------------------------------
+// Conversions
+// ---------------------------------------------------------------------------
+static uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+static float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float bf16_bits_to_float(uint16_t bits) { return bits_float(uint32_t(bits) << 16); }
+
+float f16_bits_to_float(uint16_t bits) {
+  const uint32_t sign = uint32_t(bits & 0x8000u) << 16;
+  const uint32_t exp = (bits >> 10) & 0x1fu;
+  const uint32_t man = bits & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (man << 13));  // Inf/NaN
+  if (exp == 0) {
+    // Zero or subnormal: man * 2^-24.
+    const float mag = std::ldexp(float(man), -24);
+    return sign ? -mag : mag;
+  }
+  return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+uint16_t float_to_bf16_bits(float value) {
+  uint32_t u = float_bits(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+uint16_t float_to_f16_bits(float value) {
+  const uint32_t u = float_bits(value);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t mag = u & 0x7fffffffu;
+  if (mag >= 0x7f800000u) return uint16_t(sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (mag >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: Inf
+  const uint32_t e = mag >> 23;
+  if (mag < 0x38800000u) {
+    // Below the smallest normal half (2^-14): a subnormal k * 2^-24.
+    const uint32_t shift = 126u - e;
+    if (e == 0 || shift >= 25) return sign;  // below half of 2^-24 (or a float subnormal)
+    const uint32_t m = (mag & 0x7fffffu) | 0x800000u;
+    uint32_t k = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (k & 1u))) ++k;
+    return uint16_t(sign | k);
+  }
+  uint32_t h = ((e - 112u) << 10) | ((mag & 0x7fffffu) >> 13);
+  const uint32_t rem = mag & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return uint16_t(sign | h);
+}
+
+bool is_float_dtype(ssu_dtype_t dtype) {
+  return dtype == SSU_DTYPE_F32 || dtype == SSU_DTYPE_F16 || dtype == SSU_DTYPE_BF16;
+}
+
+double load_element(const void* base, ssu_dtype_t dtype, int64_t index) {
+  switch (dtype) {
+    case SSU_DTYPE_F32: return static_cast<const float*>(base)[index];
+    case SSU_DTYPE_F16: return f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+    case SSU_DTYPE_BF16: return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
+    case SSU_DTYPE_I16: return static_cast<const int16_t*>(base)[index];
+    case SSU_DTYPE_I32: return static_cast<const int32_t*>(base)[index];
+    case SSU_DTYPE_I64: return double(static_cast<const int64_t*>(base)[index]);
+    default: throw std::logic_error("load_element: bad dtype " + std::to_string(dtype));
+  }
+}
+
+void store_element(void* base, ssu_dtype_t dtype, int64_t index, double value) {
+  switch (dtype) {
+    case SSU_DTYPE_F32: static_cast<float*>(base)[index] = float(value); return;
+    case SSU_DTYPE_F16:
+      static_cast<uint16_t*>(base)[index] = float_to_f16_bits(float(value));
+      return;
+    case SSU_DTYPE_BF16:
+      static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(float(value));
+      return;
+    case SSU_DTYPE_I16: static_cast<int16_t*>(base)[index] = int16_t(value); return;
+    case SSU_DTYPE_I32: static_cast<int32_t*>(base)[index] = int32_t(value); return;
+    case SSU_DTYPE_I64: static_cast<int64_t*>(base)[index] = int64_t(value); return;
+    default: throw std::logic_error("store_element: bad dtype " + std::to_string(dtype));
+  }
+}
+
+double round_to_dtype(double value, ssu_dtype_t dtype) {
+  unsigned char buf[8];
+  store_element(buf, dtype, 0, value);
+  return load_element(buf, dtype, 0);
+}
+
+double softplus20(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+
+// ---------------------------------------------------------------------------
+// The update
+// ---------------------------------------------------------------------------
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) {
+  throw std::logic_error("reference_update: invalid problem: " + what);
+}
+
+void check_size(const char* name, size_t got, int64_t want) {
+  if (int64_t(got) != want)
+    invalid(std::string(name) + " has " + std::to_string(got) + " elements, expected " +
+            std::to_string(want));
+}
+
+}  // namespace
+
+RefResult reference_update(const RefProblem& pr) {
+  const int64_t S = pr.S, H = pr.H, P = pr.P, N = pr.N, G = pr.G, Bt = pr.batch, T = pr.T;
+  if (H <= 0 || P <= 0 || N <= 0 || G <= 0 || H % G != 0) invalid("bad H/P/N/G");
+  if (T < 1) invalid("T < 1");
+  const int64_t heads_per_group = H / G;
+  const bool multi = pr.form != RefForm::Single;
+  const int64_t HP = H * P, HPN = H * P * N;
+
+  check_size("x", pr.x.size(), pr.rows * HP);
+  check_size("dt", pr.dt.size(), pr.rows * HP);
+  check_size("B", pr.B.size(), pr.rows * G * N);
+  check_size("C", pr.C.size(), pr.rows * G * N);
+  if (pr.has_z) check_size("z", pr.z.size(), pr.rows * HP);
+  check_size("A", pr.A.size(), HPN);
+  if (pr.has_D) check_size("D", pr.D.size(), HP);
+  if (pr.has_dt_bias) check_size("dt_bias", pr.dt_bias.size(), HP);
+  check_size("state", pr.state.size(), S * HPN);
+  if (!pr.src.empty()) check_size("src", pr.src.size(), pr.src_2d ? Bt * T : Bt);
+  if (!pr.dst.empty()) check_size("dst", pr.dst.size(), pr.dst_2d ? Bt * T : Bt);
+  if ((pr.src_2d || pr.dst_2d) && !multi) invalid("2-D indices in the single-token form");
+  if (!pr.num_accepted.empty()) {
+    check_size("num_accepted", pr.num_accepted.size(), Bt);
+    if (!pr.src_2d) invalid("num_accepted without a 2-D src");
+  }
+  if (pr.I > 0 && pr.dst_2d) invalid("intermediate buffer with a 2-D dst");
+  if (!pr.inter_index.empty()) {
+    check_size("inter_index", pr.inter_index.size(), Bt);
+    if (pr.I == 0) invalid("intermediate index without a buffer");
+  }
+  if (pr.form == RefForm::Varlen) {
+    check_size("cu_seqlens", pr.cu_seqlens.size(), Bt + 1);
+  } else if (pr.rows != (pr.form == RefForm::Single ? Bt : Bt * T)) {
+    invalid("rows does not match the form");
+  }
+
+  RefResult r;
+  r.out.assign(size_t(pr.rows * HP), 0.0);
+  r.out_expect.assign(size_t(pr.rows * HP), Expect::Unchanged);
+  r.state = pr.state;
+  r.state_expect.assign(pr.state.size(), Expect::Unchanged);
+  r.inter.assign(size_t(pr.I * T * HPN), 0.0);
+  r.inter_expect.assign(r.inter.size(), Expect::Unchanged);
+  r.initial_slot.assign(size_t(Bt), -1);
+
+  auto check_slot = [&](int64_t slot, const char* what, int64_t b) {
+    if (slot >= S)
+      invalid(std::string(what) + " of sequence " + std::to_string(b) + " is " +
+              std::to_string(slot) + " >= S=" + std::to_string(S));
+  };
+  auto store_state = [&](std::vector<double>& dstv, std::vector<Expect>& expect,
+                         int64_t base, const std::vector<double>& h) {
+    for (int64_t i = 0; i < HPN; ++i) {
+      dstv[size_t(base + i)] = h[size_t(i)];
+      expect[size_t(base + i)] = Expect::Close;
+    }
+  };
+
+  std::vector<double> h(static_cast<size_t>(HPN));
+  for (int64_t b = 0; b < Bt; ++b) {
+    // Token rows owned by this sequence.
+    int64_t first_row = 0, length = 1;
+    if (pr.form == RefForm::Single) {
+      first_row = b;
+      length = 1;
+    } else if (pr.form == RefForm::Multi) {
+      first_row = b * T;
+      length = T;
+    } else {
+      first_row = pr.cu_seqlens[size_t(b)];
+      length = pr.cu_seqlens[size_t(b + 1)] - first_row;
+      if (length > T) invalid("sequence " + std::to_string(b) + " is longer than T");
+      if (length <= 0) continue;  // nothing is written for b
+      if (first_row < 0 || first_row + length > pr.rows) invalid("cu_seqlens out of rows");
+    }
+
+    // The initial slot.
+    int64_t init_col = 0;
+    if (!pr.num_accepted.empty()) {
+      const int64_t na = pr.num_accepted[size_t(b)];
+      if (na > T) invalid("num_accepted > T");
+      init_col = na - 1 > 0 ? na - 1 : 0;
+    }
+    int64_t s0 = b;
+    if (!pr.src.empty()) s0 = pr.src_2d ? pr.src[size_t(b * T + init_col)] : pr.src[size_t(b)];
+    if (pr.is_padding(s0)) {
+      for (int64_t t = 0; t < length; ++t)
+        for (int64_t i = 0; i < HP; ++i) {
+          r.out[size_t((first_row + t) * HP + i)] = 0.0;
+          r.out_expect[size_t((first_row + t) * HP + i)] = Expect::Zero;
+        }
+      continue;
+    }
+    check_slot(s0, "initial slot", b);
+    r.initial_slot[size_t(b)] = s0;
+
+    // Intermediate stores go to inter_index[b] (default: the initial slot);
+    // a padding index skips them.
+    int64_t ii = s0;
+    if (pr.I > 0 && !pr.inter_index.empty()) ii = pr.inter_index[size_t(b)];
+    const bool inter_store = pr.I > 0 && !pr.is_padding(ii);
+    if (inter_store && ii >= pr.I) invalid("intermediate index out of range");
+
+    for (int64_t i = 0; i < HPN; ++i) h[size_t(i)] = pr.state[size_t(s0 * HPN + i)];
+
+    for (int64_t t = 0; t < length; ++t) {
+      const int64_t row = first_row + t;
+      for (int64_t hh = 0; hh < H; ++hh) {
+        const int64_t g = hh / heads_per_group;
+        const double* Brow = &pr.B[size_t((row * G + g) * N)];
+        const double* Crow = &pr.C[size_t((row * G + g) * N)];
+        for (int64_t p = 0; p < P; ++p) {
+          const int64_t hp = hh * P + p;
+          const double xv = pr.x[size_t(row * HP + hp)];
+          double delta = pr.dt[size_t(row * HP + hp)];
+          if (pr.has_dt_bias) delta += pr.dt_bias[size_t(hp)];
+          if (pr.softplus) delta = softplus20(delta);
+          double y = 0.0;
+          double* hrow = &h[size_t(hp * N)];
+          const double* Arow = &pr.A[size_t(hp * N)];
+          for (int64_t n = 0; n < N; ++n) {
+            const double dA = std::exp(Arow[n] * delta);
+            hrow[n] = hrow[n] * dA + (Brow[n] * delta) * xv;
+            y += hrow[n] * Crow[n];
+          }
+          if (pr.has_D) y += pr.D[size_t(hp)] * xv;
+          if (pr.has_z) {
+            const double zv = pr.z[size_t(row * HP + hp)];
+            y *= zv / (1.0 + std::exp(-zv));
+          }
+          r.out[size_t(row * HP + hp)] = y;
+          r.out_expect[size_t(row * HP + hp)] = Expect::Close;
+        }
+      }
+      // Per-token stores.
+      if (pr.dst_2d && !pr.disable_update) {
+        const int64_t d = pr.dst[size_t(b * T + t)];
+        if (!pr.is_padding(d)) {
+          check_slot(d, "dst", b);
+          store_state(r.state, r.state_expect, d * HPN, h);
+        }
+      }
+      if (inter_store) store_state(r.inter, r.inter_expect, (ii * T + t) * HPN, h);
+    }
+
+    // Final store.
+    if (!pr.dst_2d && !pr.disable_update) {
+      const int64_t d = pr.dst.empty() ? s0 : pr.dst[size_t(b)];
+      if (!pr.is_padding(d)) {
+        check_slot(d, "dst", b);
+        store_state(r.state, r.state_expect, d * HPN, h);
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace ssutest

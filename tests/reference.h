@@ -1,0 +1,105 @@
+// Float64 reference of the selective state update (SPEC.md sections 1 and 2).
+//
+// Written from the specification alone: it shares no code with the library.
+// The caller hands it float64 copies of every input, already rounded to the
+// input's dtype (the values the library reads), laid out densely along the
+// logical axes; the reference keeps the state in float64 across tokens and
+// returns the expected outputs and the expected contents of the whole state
+// pool and intermediate buffer, each element tagged with how it must be
+// compared (within tolerance, exactly zero, or bit-identical to before).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ssu.h"
+
+namespace ssutest {
+
+// ---------------------------------------------------------------------------
+// Element conversions (round to nearest even on the way in, exact on the way
+// out). Independent of the library's own conversions.
+// ---------------------------------------------------------------------------
+float bf16_bits_to_float(uint16_t bits);
+float f16_bits_to_float(uint16_t bits);
+uint16_t float_to_bf16_bits(float value);  // RNE; NaN stays NaN
+uint16_t float_to_f16_bits(float value);   // RNE, subnormals, overflow to Inf
+
+// Reads element `index` of an array of `dtype` (any float or integer dtype).
+double load_element(const void* base, ssu_dtype_t dtype, int64_t index);
+// Writes `value` rounded to `dtype` (floats: RNE through float; integers:
+// truncation toward zero).
+void store_element(void* base, ssu_dtype_t dtype, int64_t index, double value);
+// The value `value` takes once stored in `dtype` and read back.
+double round_to_dtype(double value, ssu_dtype_t dtype);
+bool is_float_dtype(ssu_dtype_t dtype);
+
+// softplus with the threshold of SPEC.md: v > 20 ? v : log(1 + e^v).
+double softplus20(double v);
+
+// ---------------------------------------------------------------------------
+// The problem in logical, dense float64 form.
+// ---------------------------------------------------------------------------
+enum class RefForm { Single, Multi, Varlen };
+
+struct RefProblem {
+  RefForm form = RefForm::Single;
+  int64_t S = 0, H = 0, P = 0, N = 0, G = 0;
+  int64_t batch = 0;   // Bt
+  int64_t T = 1;       // tokens per sequence (max_tokens for varlen)
+  int64_t rows = 0;    // token rows: Bt (single), Bt*T (multi), TT (varlen)
+  int64_t I = 0;       // intermediate buffer entries (0: no buffer)
+
+  bool softplus = false;
+  bool disable_update = false;
+  bool has_D = false, has_dt_bias = false, has_z = false;
+
+  // Per-token tensors, row-major over (row, h|g, p|n). Row of (b, t):
+  // single b, multi b*T + t, varlen cu_seqlens[b] + t.
+  std::vector<double> x, z, dt;  // (rows, H, P); dt expanded over P when per head
+  std::vector<double> B, C;      // (rows, G, N)
+  // Parameters, expanded to per channel.
+  std::vector<double> A;         // (H, P, N)
+  std::vector<double> D;         // (H, P)
+  std::vector<double> dt_bias;   // (H, P)
+  // Initial pool (S, H, P, N) and intermediate buffer (I, T, H, P, N).
+  std::vector<double> state;
+
+  // Slot indices. Empty vectors mean "absent".
+  std::vector<int64_t> src;  // (Bt) or (Bt, T) when src_2d
+  bool src_2d = false;
+  std::vector<int64_t> dst;  // (Bt) or (Bt, T) when dst_2d
+  bool dst_2d = false;
+  std::vector<int64_t> cu_seqlens;     // (Bt + 1), varlen only
+  std::vector<int64_t> num_accepted;   // (Bt)
+  std::vector<int64_t> inter_index;    // (Bt)
+  int64_t pad_slot_id = -1;
+
+  bool is_padding(int64_t slot) const { return slot < 0 || slot == pad_slot_id; }
+};
+
+// How an element of the result must be compared.
+enum class Expect : uint8_t {
+  Unchanged = 0,  // bit-identical to its contents before the call
+  Close = 1,      // within the dtype's tolerance of `value`
+  Zero = 2,       // exactly +0 or -0 (padded outputs)
+};
+
+struct RefResult {
+  std::vector<double> out;          // (rows, H, P)
+  std::vector<Expect> out_expect;
+  std::vector<double> state;        // (S, H, P, N) expected pool contents
+  std::vector<Expect> state_expect;
+  std::vector<double> inter;        // (I, T, H, P, N)
+  std::vector<Expect> inter_expect;
+  // Where each sequence's initial state came from (-1 when padded or empty);
+  // for diagnostics.
+  std::vector<int64_t> initial_slot;
+};
+
+// Runs the reference. Throws std::logic_error if the problem is not a valid
+// one (an index out of range, a length above T): the harness builds only
+// valid problems, invalid ones belong to the validation tests.
+RefResult reference_update(const RefProblem& problem);
+
+}  // namespace ssutest
