@@ -17,7 +17,7 @@
 namespace ssu_bench {
 namespace {
 
-using ssu_cuda::Driver;
+using namespace ssu_cuda;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

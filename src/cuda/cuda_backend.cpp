@@ -18,7 +18,7 @@ extern "C" const unsigned char ssu_fatbin_data[];
 namespace ssu {
 namespace {
 
-using ssu_cuda::Driver;
+using namespace ssu_cuda;
 
 // The process-wide driver table, loaded on first use. A failed load is
 // remembered and reported again to later callers.

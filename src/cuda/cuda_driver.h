@@ -3,15 +3,59 @@
 // neither libssu nor its users link against libcuda. Header-only: the
 // library, the GPU tests and ssu-bench each keep their own table.
 //
-// <cuda.h> is used for its types only; every call goes through the table.
+// The few driver types and constants used are declared here (their values
+// are part of the driver's stable ABI), so building needs no CUDA header.
 #pragma once
 
-#include <cuda.h>
 #include <dlfcn.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace ssu_cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using cuuint64_t = uint64_t;
+using CUdevice_attribute = int;
+using CUfunction_attribute = int;
+using CUjit_option = int;
+using CUlibraryOption = int;
+using CUstreamCaptureMode = int;
+using CUdriverProcAddressQueryResult = int;
+struct CUctx_st;
+struct CUlib_st;
+struct CUkern_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+struct CUgraph_st;
+struct CUgraphExec_st;
+using CUcontext = CUctx_st*;
+using CUlibrary = CUlib_st*;
+using CUkernel = CUkern_st*;
+using CUfunction = CUfunc_st*;
+using CUstream = CUstream_st*;
+using CUevent = CUevent_st*;
+using CUgraph = CUgraph_st*;
+using CUgraphExec = CUgraphExec_st*;
+
+constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
+constexpr CUresult CUDA_ERROR_NO_BINARY_FOR_GPU = 209;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
+constexpr cuuint64_t CU_GET_PROC_ADDRESS_DEFAULT = 0;
+constexpr CUdriverProcAddressQueryResult CU_GET_PROC_ADDRESS_SUCCESS = 0;
+constexpr CUdriverProcAddressQueryResult CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1;
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+constexpr unsigned CU_EVENT_DEFAULT = 0;
+constexpr CUstreamCaptureMode CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
 
 // X(member, "driver symbol", minimum driver version, required, signature)
 // The version is the one passed to cuGetProcAddress: it selects the ABI the

@@ -26,6 +26,7 @@
 #include "harness.h"
 
 using namespace ssutest;
+using namespace ssu_cuda;
 
 namespace {
 
