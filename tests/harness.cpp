@@ -748,6 +748,13 @@ void UpdateProblem::poke_index(const std::string& name, int64_t element, int64_t
       std::memcpy(base + 4 * t->offset(idx), &v32, 4);
     }
     mem_.upload(b.dev, b.image.data(), b.bytes());
+    // Keep the reference in step, so check() stays valid after a valid poke.
+    const size_t at = size_t(element);
+    if (t->buffer == m.src.buffer && at < m.ref.src.size()) m.ref.src[at] = value;
+    if (t->buffer == m.dst.buffer && at < m.ref.dst.size()) m.ref.dst[at] = value;
+    if (t == &m.cu && at < m.ref.cu_seqlens.size()) m.ref.cu_seqlens[at] = value;
+    if (t == &m.accepted && at < m.ref.num_accepted.size()) m.ref.num_accepted[at] = value;
+    if (t == &m.inter_idx && at < m.ref.inter_index.size()) m.ref.inter_index[at] = value;
     m.have_expected = false;
     return;
   }

@@ -166,8 +166,11 @@ class UpdateProblem {
   // Downloads every buffer and checks it is bit-identical to its initial
   // contents (nothing written).
   CheckResult check_unchanged() const;
-  // Sets a raw element of a named index buffer (e.g. "src_index") on the
-  // device and in the initial image; for validation tests.
+  // Sets logical element `element` (row-major over the tensor's shape) of a
+  // named index tensor ("src_index", "dst_index", "cu_seqlens",
+  // "num_accepted_tokens", "intermediate_index") in the initial image, on
+  // the device and in the reference: check() stays valid after a valid poke
+  // (after an invalid one, use check_unchanged() or inspect by hand).
   void poke_index(const std::string& buffer, int64_t element, int64_t value);
 
  private:

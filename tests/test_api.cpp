@@ -336,6 +336,35 @@ TEST_CASE("api: one plan serves many calls with different batches and pools") {
   ssu_plan_destroy(plan);
 }
 
+TEST_CASE("api: a decode loop: the same buffers, new slot tables, one plan") {
+  CpuContext c;
+  HostMemory mem;
+  UpdateCase uc = small_case(600);
+  uc.single();
+  uc.has_dst = false;
+  uc.pad = Pad::None;
+  uc.batch = 4;
+  uc.extra_slots = 4;  // 8 slots for 4 sequences
+  UpdateProblem p(uc, mem);
+  const ssu_update_args_t a = p.args();
+  ssu_plan_t plan = nullptr;
+  REQUIRE(ssu_plan_create_update(c.ctx, &a, nullptr, &plan) == SSU_SUCCESS);
+  for (int step = 0; step < 6; ++step) {
+    CAPTURE(step);
+    // Sequences move between slots (as a serving engine reorders its batch);
+    // one of them is padding now and then.
+    for (int64_t b = 0; b < uc.batch; ++b) {
+      const int64_t slot = (b * 3 + step) % p.slots();
+      p.poke_index("src_index", b, (step % 3 == 2 && b == 1) ? -1 : slot);
+    }
+    p.reset();
+    REQUIRE(ssu_plan_execute_update(plan, &a, nullptr) == SSU_SUCCESS);
+    const CheckResult r = p.check();
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+  ssu_plan_destroy(plan);
+}
+
 TEST_CASE("api: one plan used from two threads at once") {
   CpuContext c;
   HostMemory mem;
