@@ -42,6 +42,8 @@ std::vector<Mode> modes() {
        [](UpdateCase& c) {
          c.single(); c.has_dst = true; c.pad = Pad::Negative; c.disable_update = true;
        }},
+      {"single_shared_src",  // beam search: sequences read one slot, write their own
+       [](UpdateCase& c) { c.single(); c.has_dst = true; c.shared_src = true; }},
       {"single_minimal",
        [](UpdateCase& c) {
          c.single(); c.has_D = c.has_dt_bias = c.has_z = false; c.softplus = false;
@@ -75,6 +77,10 @@ std::vector<Mode> modes() {
       {"multi_dst_per_token_disable",
        [](UpdateCase& c) {
          c.multi(c.T); c.store = Store::DstPerToken; c.disable_update = true;
+       }},
+      {"multi_shared_src_dst_per_token",
+       [](UpdateCase& c) {
+         c.multi(c.T); c.store = Store::DstPerToken; c.shared_src = true; c.pad = Pad::Negative;
        }},
       {"multi_mamba1",
        [](UpdateCase& c) { c.multi(c.T); c.mamba1(); c.N = 16; c.has_dst = true; }},

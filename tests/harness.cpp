@@ -173,6 +173,7 @@ std::string describe(const UpdateCase& c) {
   if (c.dst_is_src) o << " dst_is_src";
   if (c.num_accepted) o << " num_accepted";
   if (c.inter_index) o << " intermediate_index";
+  if (c.shared_src) o << " shared_src";
   static const char* pads[] = {"none", "negative", "pad_slot_id", "pad_slot_id_in_range"};
   o << " pad=" << pads[int(c.pad)];
   o << " layout=";
@@ -431,11 +432,22 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
   } else {
     for (int64_t b = 0; b < Bt; ++b) s0[size_t(b)] = b;
   }
+  // Sequences reading one slot (beam search) is defined as long as nobody
+  // writes a slot that is read, and no two sequences write the same place.
+  const bool sharing = c.shared_src && has_src && !src2d &&
+                       (dst1d || (dst2d && !dst_alias) || c.disable_update) &&
+                       !(inter && !inter_idx);
+  if (sharing)
+    for (int64_t b = 1; b < Bt; ++b)
+      if (!seq_padded[size_t(b)] && !seq_padded[size_t(b - 1)] && rng.chance(0.5)) {
+        src[size_t(b)] = src[size_t(b - 1)];
+        s0[size_t(b)] = src[size_t(b)];
+      }
   if (dst1d) {
     dst.assign(size_t(Bt), 0);
     for (int64_t b = 0; b < Bt; ++b) {
       const int64_t fresh = take();
-      const bool own = !seq_padded[size_t(b)] && rng.chance(0.5);
+      const bool own = !sharing && !seq_padded[size_t(b)] && rng.chance(0.5);
       dst[size_t(b)] = own ? s0[size_t(b)] : fresh;
       if (pad_on && !seq_padded[size_t(b)] && rng.chance(0.25)) dst[size_t(b)] = pad_value();
     }

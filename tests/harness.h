@@ -104,6 +104,8 @@ struct UpdateCase {
   bool dst_is_src = false; // DstPerToken: dst_index is the src tensor itself
   bool num_accepted = false;
   bool inter_index = false;  // Intermediate: explicit intermediate_index
+  bool shared_src = false;   // sequences may share a src slot (beam search);
+                             // honoured only where no two writes collide
 
   Pad pad = Pad::None;
   uint32_t layout = kDense;
