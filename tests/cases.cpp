@@ -335,4 +335,37 @@ std::vector<UpdateCase> update_case_table() {
   return cases;
 }
 
+std::vector<UpdateCase> odd_size_case_table() {
+  std::vector<UpdateCase> cases;
+  const std::vector<Mode> ms = modes();
+  const int64_t Ns[] = {1, 7, 17, 100, 255};
+  const int64_t Ps[] = {1, 3, 17, 65, 130};
+  const int64_t hg[][2] = {{3, 1}, {6, 3}, {5, 5}};
+  const char* tags[] = {"single_src_dst", "multi_spec_decode", "varlen_intermediate_index",
+                        "single_mamba1", "multi_dst_per_token"};
+  uint64_t seed = 5000;
+  int k = 0;
+  for (int64_t N : Ns)
+    for (int64_t P : Ps) {
+      UpdateCase c;
+      const Mode& mode = mode_named(ms, tags[k % 5]);
+      c.tag = mode.tag;
+      const uint64_t r = mix(seed);
+      c.dtypes(kFloat[r % 3], kFloat[(r >> 8) % 3], kFloat[(r >> 16) % 3]);
+      c.index = (r >> 24) % 2 ? I64 : I32;
+      c.layout = kLayouts[(r >> 32) % 6];
+      c.shape(hg[k % 3][0], hg[k % 3][1], P, N);
+      c.batch = 3;
+      c.T = 3;
+      c.seed = seed++;
+      mode.set(c);
+      c.P = P;
+      c.N = N;
+      if (c.form == Form::Single) c.T = 1;
+      cases.push_back(c);
+      ++k;
+    }
+  return cases;
+}
+
 }  // namespace ssutest

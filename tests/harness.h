@@ -196,4 +196,10 @@ CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase
 // combination, every value of every shape axis, and seeded random mixes.
 std::vector<UpdateCase> update_case_table();
 
+// Sizes that are no power of two or multiple of a tile (N in {1, 7, 17, 100,
+// 255}, P in {1, 3, 17, 65, 130}, H = 3, 5, 6): SPEC.md sets no bound on P or
+// N for the update, so a backend must handle them (or refuse them with
+// SSU_ERROR_NOT_SUPPORTED, which the suites report as a failure too).
+std::vector<UpdateCase> odd_size_case_table();
+
 }  // namespace ssutest

@@ -71,6 +71,19 @@ TEST_CASE("cpu: every update case matches the float64 reference") {
   if (!filter && !only) CHECK(run == int64_t(table.size()));
 }
 
+TEST_CASE("cpu: sizes that are no multiple of anything") {
+  Context two(2);
+  HostMemory mem;
+  const std::vector<UpdateCase> table = odd_size_case_table();
+  int64_t failed = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const CheckResult r = run_update_case(two.ctx, mem, table[i]);
+    if (!r.ok && ++failed <= 10) FAIL_CHECK("odd-size case " << i << " " << r.message);
+  }
+  std::printf("cpu odd sizes: %zu cases run, %lld failed\n", table.size(), (long long)failed);
+  CHECK(failed == 0);
+}
+
 TEST_CASE("cpu: the case table covers every axis value") {
   const std::vector<UpdateCase> table = update_case_table();
   auto has = [&](auto pred) {

@@ -700,3 +700,31 @@ TEST_CASE("validation: execute accepts another batch size, slot count and stride
     ssu_plan_destroy(plan);
   }
 }
+
+TEST_CASE("validation: a dstate beyond what the backend supports is refused cleanly") {
+  // SPEC.md bounds no N for the update; a backend may still refuse with
+  // SSU_ERROR_NOT_SUPPORTED (naming dstate), or run it correctly.
+  CpuContext c;
+  HostMemory mem;
+  UpdateCase u = base_case(kSingle);
+  u.N = 512;
+  u.H = 2;
+  UpdateProblem p(u, mem);
+  const ssu_update_args_t a = p.args();
+  ssu_plan_t plan = kSentinelPlan;
+  const ssu_status_t st = ssu_plan_create_update(c.ctx, &a, nullptr, &plan);
+  if (st == SSU_SUCCESS) {
+    REQUIRE(ssu_plan_execute_update(plan, &a, nullptr) == SSU_SUCCESS);
+    const CheckResult r = p.check();
+    CHECK_MESSAGE(r.ok, r.message);
+    ssu_plan_destroy(plan);
+    return;
+  }
+  const std::string msg = ssu_last_error_message();
+  CHECK_MESSAGE(st == SSU_ERROR_NOT_SUPPORTED, st << ": " << msg);
+  CHECK(plan == kSentinelPlan);
+  CHECK((names(msg, "dstate") || names(msg, "N") || names(msg, "state")));
+  MESSAGE("N=512 is refused: " << msg);
+  const CheckResult r = p.check_unchanged();
+  CHECK_MESSAGE(r.ok, r.message);
+}
