@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <sstream>
@@ -443,6 +445,8 @@ TEST_CASE("validation: every bad input is refused at plan and at execute, nothin
     CHECK(plan == kSentinelPlan);
     CHECK_MESSAGE(names_any(msg, bad.arg_names),
                   "plan: the message does not name the argument: '" << msg << "'");
+    if (std::getenv("SSU_TEST_VERBOSE"))
+      std::printf("%-50s -> %d %s\n", bad.what.c_str(), st, msg.c_str());
 
     // Execute with a plan made from the valid arguments.
     const ssu_update_args_t good = p.args();
@@ -595,6 +599,8 @@ TEST_CASE("validation: out-of-range data is refused at execute, nothing written"
                                                 << "; message: " << msg);
     CHECK_MESSAGE(names_any(msg, bad.arg_names),
                   "the message does not name the argument: '" << msg << "'");
+    if (std::getenv("SSU_TEST_VERBOSE"))
+      std::printf("%-50s -> %d %s\n", bad.what.c_str(), st, msg.c_str());
     ssu_plan_destroy(plan);
     const CheckResult r = p.check_unchanged();
     CHECK_MESSAGE(r.ok, r.message);
