@@ -62,8 +62,9 @@ const char kUsage[] =
     "                           dt (Bt,1,P), D and dt_bias (1,P), f32 state;\n"
     "                           options given explicitly still apply\n"
     "  --threads K              CPU worker threads (default: all hardware threads)\n"
-    "  --iters K                timed calls per batch (default: about 1 s each,\n"
-    "                           20..2000)\n"
+    "  --iters K                timed iterations per batch: calls on the CPU,\n"
+    "                           replays of a graph of calls on CUDA (default:\n"
+    "                           about 1 s of work per batch size)\n"
     "  --json FILE              also write every result as JSON to FILE\n"
     "  --help                   this text\n"
     "\n"
@@ -645,8 +646,16 @@ int run(const Options& o) {
       r.sets = pr.sets;
       int iters = o.iters;
       if (iters == 0) {
-        const double est = dev->time_update(plan, pr.calls, 3);
-        iters = static_cast<int>(std::min(2000.0, std::max(20.0, 1.0 / std::max(est, 1e-9))));
+        // About 1 s of timed work per batch size. An iteration is one call on
+        // the CPU and one replay of a graph of max(rotated calls, 20) calls
+        // on CUDA (see bench_cuda.cpp), whose event timings are steadier.
+        const double est = std::max(dev->time_update(plan, pr.calls, 3), 1e-9);
+        if (backend == SSU_BACKEND_CUDA) {
+          const double per_iter = est * double(std::max<int64_t>(pr.sets, 20));
+          iters = static_cast<int>(std::min(200.0, std::max(10.0, 1.0 / per_iter)));
+        } else {
+          iters = static_cast<int>(std::min(2000.0, std::max(20.0, 1.0 / est)));
+        }
       }
       r.iters = iters;
       try {
