@@ -9,10 +9,14 @@
  * KC chunks of VEC contiguous elements of the row (VEC*sizeof(state) = 16
  * bytes in the vectorized kernels, 1 element in the general ones), chunk k of
  * lane l starting at element (l + k*lanes_per_row)*VEC. The block's
- * SSU_CUDA_THREADS/lanes_per_row row groups each take `rows_per_thread` rows,
- * so one block covers rows_per_block = groups*rows_per_thread rows and a head
- * needs tiles_per_head = ceil(P / rows_per_block) blocks. Small batches get
- * fewer rows per thread, hence more blocks (dim tiling).
+ * SSU_CUDA_THREADS/lanes_per_row row groups walk the tile's rows_per_block
+ * rows; a head needs tiles_per_head = ceil(P / rows_per_block) blocks. Small
+ * batches get smaller tiles, hence more blocks (dim tiling).
+ *
+ * Dynamic shared memory: the state tile (smem_state_bytes, vectorized kernels
+ * only), then B and C of every token as f32 (2*T*N floats) and the per-head
+ * step size of every token (T floats), rounded up to 16 bytes, then one int64
+ * store slot per token.
  *
  * Grid: a 1-D grid of batch * nheads * tiles_per_head blocks, ordered
  * (sequence, head, tile) with the tile fastest.
@@ -23,14 +27,13 @@
 #include "ssu_update_params.h"
 
 #define SSU_CUDA_THREADS 128
-#define SSU_CUDA_MAX_ROWS_PER_THREAD 2
-
 typedef struct ssu_cuda_update_launch {
   ssu_update_params p;
   int32_t lanes_per_row;   /* power of two, 1..32                          */
-  int32_t rows_per_thread; /* 1..SSU_CUDA_MAX_ROWS_PER_THREAD               */
-  int32_t rows_per_block;  /* SSU_CUDA_THREADS/lanes_per_row*rows_per_thread */
+  int32_t rows_per_block;  /* rows of the tile a block owns               */
   int32_t tiles_per_head;  /* ceil(dim / rows_per_block)                   */
+  int32_t smem_state_bytes; /* shared bytes of the state tile (16-aligned) */
+  int32_t reserved0;
 } ssu_cuda_update_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -100,15 +100,46 @@ __device__ __forceinline__ void store_chunk(T* dst, const float* v) {
   }
 }
 
+// Stores one lane's chunk of a row: one 16-byte store in the vectorized
+// kernels; element stores (at most `left` of them) in the general ones.
+template <typename T, int VEC>
+__device__ __forceinline__ void store_row_chunk(T* dst, const float* v, int left) {
+  if constexpr (VEC * sizeof(T) == 16) {
+    store_chunk<T, VEC>(dst, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i)
+      if (i < left) dst[i] = from_f32<T>(v[i]);
+  }
+}
+
 // A slot value is padding when negative or equal to the call's pad id.
 __device__ __forceinline__ bool is_pad(int64_t slot, int64_t pad_id) {
   return slot < 0 || slot == pad_id;
 }
 
-template <typename ST, typename IT, int VEC, int KC>
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_all;\n" ::: "memory");
+}
+
+// One block: one (sequence, head) pair and a tile of consecutive rows.
+//  1. slot lookup (padding: zero outputs, return);
+//  2. the tile's state rows, one contiguous run of memory, are copied to
+//     shared memory with 16-byte cp.async (vectorized kernels): many bytes in
+//     flight per SM for few registers;
+//  3. B and C of every token (fp32), the per-head step size of every token
+//     and the per-token store slots are staged in shared memory;
+//  4. rows are processed one per lane group, row-outer and token-inner: a
+//     row's state stays in fp32 registers across all tokens, and every store
+//     is a 16-byte store straight from registers.
+template <typename ST, typename IT, int VEC, int KC, bool ASYNC>
 __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   constexpr int E = VEC * KC;  // state elements per lane per row
-  constexpr int MAXR = SSU_CUDA_MAX_ROWS_PER_THREAD;
+  extern __shared__ __align__(16) unsigned char smem[];
   const ssu_update_params& p = L.p;
   const uint32_t f = p.features;
 
@@ -119,26 +150,28 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   const int64_t b = bh / p.nheads;
   const int64_t h = bh - b * p.nheads;
   const int64_t g = h / p.heads_per_group;
+  const int tid = threadIdx.x;
   const int lpr = L.lanes_per_row;
-  const int lane_r = threadIdx.x & (lpr - 1);
+  const int lane_r = tid & (lpr - 1);
   const int ngrp = SSU_CUDA_THREADS / lpr;
-  const int rpt = L.rows_per_thread;
   const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
-  const int row0 = tile * L.rows_per_block + static_cast<int>(threadIdx.x) / lpr;
+  const int r0 = tile * L.rows_per_block;
+  const int r1 = min(P, r0 + L.rows_per_block);
   // Only one block per sequence reports, so a bad index costs one atomic.
-  const bool reporter = threadIdx.x == 0 && h == 0 && tile == 0;
+  const bool reporter = tid == 0 && h == 0 && tile == 0;
 
   // Tokens of this sequence: [tok0, tok0 + ntok).
-  int64_t tok0 = 0, ntok = p.ntokens;
+  int64_t tok0 = 0, ntok64 = p.ntokens;
   if (f & SSU_F_VARLEN) {
     tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
-    ntok = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
-    if (ntok <= 0) return;
-    if (ntok > p.ntokens) {
+    ntok64 = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
+    if (ntok64 <= 0) return;
+    if (ntok64 > p.ntokens) {
       if (reporter) report(p.error_word, SSU_BIT_SEQLEN);
-      ntok = p.ntokens;
+      ntok64 = p.ntokens;
     }
   }
+  const int ntok = static_cast<int>(ntok64);
 
   // Initial slot.
   int64_t s0 = b;
@@ -158,45 +191,64 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
   IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
   if (pad) {  // block-uniform: outputs are exactly zero, no pool is touched
-    if (lane_r == 0) {
-      for (int64_t t = 0; t < ntok; ++t) {
-        IT* o = out_bh + (tok0 + t) * p.out_stride_t;
-        for (int j = 0; j < rpt; ++j) {
-          const int row = row0 + j * ngrp;
-          if (row < P) o[row] = from_f32<IT>(0.f);
-        }
-      }
+    const int rows = r1 - r0;
+    for (int i = tid; i < ntok * rows; i += SSU_CUDA_THREADS) {
+      const int t = i / rows;
+      out_bh[(tok0 + t) * p.out_stride_t + r0 + (i - t * rows)] = from_f32<IT>(0.f);
     }
     return;
   }
 
   const int64_t head_off = h * P * N;
   ST* const state = static_cast<ST*>(p.state);
+  const ST* const src_tile = state + s0 * p.state_stride_slot + head_off + (int64_t)r0 * N;
 
-  // Load the initial state rows (all loads issued before any use).
-  float hs[MAXR][E];
+  // Shared memory: [state tile][B: T*N f32][C: T*N f32][dt: T f32][store slot: T i64]
+  ST* const s_state = reinterpret_cast<ST*>(smem);
+  float* const s_B = reinterpret_cast<float*>(smem + L.smem_state_bytes);
+  float* const s_C = s_B + p.ntokens * N;
+  float* const s_dt = s_C + p.ntokens * N;
+  long long* const s_dst =
+      reinterpret_cast<long long*>(smem + L.smem_state_bytes + ((p.ntokens * (2 * N + 1) * 4 + 15) & ~15));
+
+  if (ASYNC) {
+    const int chunks = (r1 - r0) * N / VEC;
+    for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
+      cp_async_16(s_state + c * VEC, src_tile + c * VEC);
+  }
   {
-    const ST* base = state + s0 * p.state_stride_slot + head_off;
-#pragma unroll
-    for (int j = 0; j < MAXR; ++j) {
-      const int row = row0 + j * ngrp;
-      const bool rv = j < rpt && row < P;
-#pragma unroll
-      for (int k = 0; k < KC; ++k) {
-        const int n0 = (lane_r + k * lpr) * VEC;
-        if (rv && n0 < N) {
-          load_chunk<ST, VEC>(base + row * N + n0, &hs[j][k * VEC]);
-        } else {
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) hs[j][k * VEC + v] = 0.f;
-        }
-      }
+    const IT* Bb = static_cast<const IT*>(p.B) + b * p.B_stride_b + g * p.B_stride_g;
+    const IT* Cb = static_cast<const IT*>(p.C) + b * p.C_stride_b + g * p.C_stride_g;
+    for (int i = tid; i < ntok * N; i += SSU_CUDA_THREADS) {
+      const int t = i / N, n = i - t * N;
+      s_B[i] = to_f32(__ldg(Bb + (tok0 + t) * p.B_stride_t + n));
+      s_C[i] = to_f32(__ldg(Cb + (tok0 + t) * p.C_stride_t + n));
     }
   }
-
-  const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
-  const float a_head = a_per_head ? load_param(p.A, p.A_dtype, h * p.A_stride_h) : 0.f;
-  ST* const inter = static_cast<ST*>(p.inter_states);
+  const bool dt_per_head =
+      p.dt_stride_p == 0 && (!(f & SSU_F_HAS_DT_BIAS) || p.dt_bias_stride_p == 0);
+  if (tid < ntok) {
+    const int t = tid;
+    if (dt_per_head) {
+      float dt = load_param(p.dt, p.dt_dtype,
+                            b * p.dt_stride_b + (tok0 + t) * p.dt_stride_t + h * p.dt_stride_h);
+      if (f & SSU_F_HAS_DT_BIAS)
+        dt += load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
+      if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+      s_dt[t] = dt;
+    }
+    long long d = -1;
+    if ((f & SSU_F_DST_PER_TOKEN) && !(f & SSU_F_DISABLE_UPDATE)) {
+      d = load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b + t * p.dst_stride_t);
+      if (is_pad(d, p.pad_slot_id)) {
+        d = -1;
+      } else if (d >= p.nslots) {
+        if (reporter || t == 0) report(p.error_word, SSU_BIT_INDEX);
+        d = -1;
+      }
+    }
+    s_dst[t] = d;
+  }
 
   int64_t inter_slot = -1;
   if (f & SSU_F_HAS_INTER) {
@@ -210,130 +262,170 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       inter_slot = -1;
     }
   }
+  ST* const inter_base = inter_slot >= 0 ? static_cast<ST*>(p.inter_states) +
+                                               inter_slot * p.inter_stride_i + head_off
+                                         : nullptr;
 
+  if (ASYNC) cp_async_wait_all();
+  __syncthreads();
+
+  const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
+  const float a_head = a_per_head ? load_param(p.A, p.A_dtype, h * p.A_stride_h) : 0.f;
+  const IT* const x_bh = static_cast<const IT*>(p.x) + b * p.x_stride_b + h * p.x_stride_h;
+  const IT* const z_bh = static_cast<const IT*>(p.z) + b * p.z_stride_b + h * p.z_stride_h;
+  const bool final_store = (f & (SSU_F_DISABLE_UPDATE | SSU_F_DST_PER_TOKEN)) == 0;
+  ST* final_base = nullptr;
+  if (final_store) {
+    int64_t d = s0;
+    if (f & SSU_F_HAS_DST) {
+      d = load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b);
+      if (is_pad(d, p.pad_slot_id)) {
+        d = -1;
+      } else if (d >= p.nslots) {
+        if (reporter) report(p.error_word, SSU_BIT_INDEX);
+        d = -1;
+      }
+    }
+    if (d >= 0) final_base = state + d * p.state_stride_slot + head_off;
+  }
+
+  // Rows: one per lane group at a time. All lanes of a group take the same
+  // rows, so the shuffles of a group always have all their lanes.
+  const int rows_here = r1 - r0;
+  const int row_iters = (rows_here + ngrp - 1) / ngrp;
 #pragma unroll 1
-  for (int64_t t = 0; t < ntok; ++t) {
-    const int64_t tok = tok0 + t;
-    float Bv[E], Cv[E];
-    {
-      const IT* Br = static_cast<const IT*>(p.B) + b * p.B_stride_b + tok * p.B_stride_t +
-                     g * p.B_stride_g;
-      const IT* Cr = static_cast<const IT*>(p.C) + b * p.C_stride_b + tok * p.C_stride_t +
-                     g * p.C_stride_g;
+  for (int it = 0; it < row_iters; ++it) {
+    const int lr = it * ngrp + tid / lpr;  // row within the tile
+    const bool rv = lr < rows_here;
+    const int row = r0 + (rv ? lr : 0);
+    float hs[E];
 #pragma unroll
-      for (int k = 0; k < KC; ++k) {
+    for (int k = 0; k < KC; ++k) {
+      const int n0 = (lane_r + k * lpr) * VEC;
+      if (rv && n0 < N) {
+        if (ASYNC) {
+          const ST* sp = s_state + lr * N + n0;
+          if constexpr (VEC * sizeof(ST) == 16) {
+            union {
+              uint4 u;
+              ST e[VEC];
+            } c;
+            c.u = *reinterpret_cast<const uint4*>(sp);
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) hs[k * VEC + v] = to_f32(c.e[v]);
+          } else {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) hs[k * VEC + v] = to_f32(sp[v]);
+          }
+        } else {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v)
+            hs[k * VEC + v] = n0 + v < N ? to_f32(src_tile[lr * N + n0 + v]) : 0.f;
+        }
+      } else {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) hs[k * VEC + v] = 0.f;
+      }
+    }
+
+    float a_row[E];
+    if (!a_per_head) {
+      const int64_t ao = h * p.A_stride_h + row * p.A_stride_p;
+#pragma unroll
+      for (int k = 0; k < KC; ++k)
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
           const int n = (lane_r + k * lpr) * VEC + v;
-          Bv[k * VEC + v] = n < N ? to_f32(__ldg(Br + n)) : 0.f;
-          Cv[k * VEC + v] = n < N ? to_f32(__ldg(Cr + n)) : 0.f;
+          a_row[k * VEC + v] = n < N ? load_param(p.A, p.A_dtype, ao + n * p.A_stride_n) : 0.f;
         }
-      }
     }
+    const float d_row = (f & SSU_F_HAS_D)
+                            ? load_param(p.D, p.D_dtype, h * p.D_stride_h + row * p.D_stride_p)
+                            : 0.f;
+    const float bias_row = (!dt_per_head && (f & SSU_F_HAS_DT_BIAS))
+                               ? load_param(p.dt_bias, p.dt_bias_dtype,
+                                            h * p.dt_bias_stride_h + row * p.dt_bias_stride_p)
+                               : 0.f;
 
-    // Where this token's state goes, besides registers.
-    ST* tok_dst = nullptr;
-    if ((f & SSU_F_DST_PER_TOKEN) && !(f & SSU_F_DISABLE_UPDATE)) {
-      const int64_t d =
-          load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b + t * p.dst_stride_t);
-      if (!is_pad(d, p.pad_slot_id)) {
-        if (d < p.nslots) {
-          tok_dst = state + d * p.state_stride_slot + head_off;
-        } else if (reporter) {
-          report(p.error_word, SSU_BIT_INDEX);
-        }
-      }
-    }
-    ST* const tok_inter =
-        inter_slot >= 0 ? inter + inter_slot * p.inter_stride_i + t * p.inter_stride_t + head_off
-                        : nullptr;
-
-    const IT* const xr =
-        static_cast<const IT*>(p.x) + b * p.x_stride_b + tok * p.x_stride_t + h * p.x_stride_h;
-    const IT* const zr =
-        static_cast<const IT*>(p.z) + b * p.z_stride_b + tok * p.z_stride_t + h * p.z_stride_h;
-    IT* const outr = out_bh + tok * p.out_stride_t;
-    const int64_t dto = b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h;
-#pragma unroll
-    for (int j = 0; j < MAXR; ++j) {
-      if (j >= rpt) break;  // uniform across the block
-      const int row = row0 + j * ngrp;
-      const bool rv = row < P;
-      const int r = rv ? row : 0;  // rows past P compute on row 0, store nothing
-
-      const float xv = to_f32(__ldg(xr + r));
-      float dt = load_param(p.dt, p.dt_dtype, dto + r * p.dt_stride_p);
-      if (f & SSU_F_HAS_DT_BIAS)
-        dt += load_param(p.dt_bias, p.dt_bias_dtype,
-                         h * p.dt_bias_stride_h + r * p.dt_bias_stride_p);
-      if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
-      const float dtx = dt * xv;
-
-      float acc = 0.f;
-      if (a_per_head) {
-        const float dA = expf(a_head * dt);
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          hs[j][e] = fmaf(hs[j][e], dA, Bv[e] * dtx);
-          acc = fmaf(hs[j][e], Cv[e], acc);
-        }
+#pragma unroll 1
+    for (int t = 0; t < ntok; ++t) {
+      const int64_t tok = tok0 + t;
+      const float xv = to_f32(__ldg(x_bh + tok * p.x_stride_t + row));
+      float dt;
+      if (dt_per_head) {
+        dt = s_dt[t];
       } else {
-        const int64_t ao = h * p.A_stride_h + r * p.A_stride_p;
+        dt = load_param(p.dt, p.dt_dtype,
+                        b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h +
+                            row * p.dt_stride_p) +
+             bias_row;
+        if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+      }
+      const float dtx = dt * xv;
+      const float dA_head = a_per_head ? expf(a_head * dt) : 0.f;
+      const float* Bt = s_B + t * N;
+      const float* Ct = s_C + t * N;
+      float acc = 0.f;
 #pragma unroll
-        for (int k = 0; k < KC; ++k) {
+      for (int k = 0; k < KC; ++k) {
+        const int n0 = (lane_r + k * lpr) * VEC;
+        float Bv[VEC], Cv[VEC];
+        if (n0 < N) {
+          if constexpr (VEC % 4 == 0) {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) {
-            const int e = k * VEC + v;
-            const int n = (lane_r + k * lpr) * VEC + v;
-            const float a = n < N ? load_param(p.A, p.A_dtype, ao + n * p.A_stride_n) : 0.f;
-            hs[j][e] = fmaf(hs[j][e], __expf(a * dt), Bv[e] * dtx);
-            acc = fmaf(hs[j][e], Cv[e], acc);
+            for (int v = 0; v < VEC; v += 4) {
+              const float4 b4 = *reinterpret_cast<const float4*>(Bt + n0 + v);
+              const float4 c4 = *reinterpret_cast<const float4*>(Ct + n0 + v);
+              Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
+              Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
+            }
+          } else {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) {
+              Bv[v] = n0 + v < N ? Bt[n0 + v] : 0.f;
+              Cv[v] = n0 + v < N ? Ct[n0 + v] : 0.f;
+            }
           }
+        } else {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) Bv[v] = Cv[v] = 0.f;
+        }
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+          const int e = k * VEC + v;
+          const float dA = a_per_head ? dA_head : __expf(a_row[e] * dt);
+          hs[e] = fmaf(hs[e], dA, Bv[v] * dtx);
+          acc = fmaf(hs[e], Cv[v], acc);
         }
       }
       for (int off = lpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
 
       if (rv && lane_r == 0) {
-        float y = acc;
-        if (f & SSU_F_HAS_D)
-          y += load_param(p.D, p.D_dtype, h * p.D_stride_h + r * p.D_stride_p) * xv;
-        if (f & SSU_F_HAS_Z) y *= silu(to_f32(__ldg(zr + r)));
-        outr[r] = from_f32<IT>(y);
+        float y = acc + d_row * xv;
+        if (f & SSU_F_HAS_Z) y *= silu(to_f32(__ldg(z_bh + tok * p.z_stride_t + row)));
+        out_bh[tok * p.out_stride_t + row] = from_f32<IT>(y);
       }
 
-      if (rv && (tok_dst || tok_inter)) {
+      const long long d = s_dst[t];
+      if (rv && (d >= 0 || inter_base)) {
+        ST* dstp = d >= 0 ? state + d * p.state_stride_slot + head_off + (int64_t)row * N : nullptr;
+        ST* intp = inter_base ? inter_base + t * p.inter_stride_t + (int64_t)row * N : nullptr;
 #pragma unroll
         for (int k = 0; k < KC; ++k) {
           const int n0 = (lane_r + k * lpr) * VEC;
           if (n0 >= N) continue;
-          if (tok_dst) store_chunk<ST, VEC>(tok_dst + r * N + n0, &hs[j][k * VEC]);
-          if (tok_inter) store_chunk<ST, VEC>(tok_inter + r * N + n0, &hs[j][k * VEC]);
+          if (dstp) store_row_chunk<ST, VEC>(dstp + n0, &hs[k * VEC], N - n0);
+          if (intp) store_row_chunk<ST, VEC>(intp + n0, &hs[k * VEC], N - n0);
         }
       }
     }
-  }
 
-  // Final store.
-  if ((f & (SSU_F_DISABLE_UPDATE | SSU_F_DST_PER_TOKEN)) == 0) {
-    int64_t d = s0;
-    if (f & SSU_F_HAS_DST) {
-      d = load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b);
-      if (is_pad(d, p.pad_slot_id)) return;
-      if (d >= p.nslots) {
-        if (reporter) report(p.error_word, SSU_BIT_INDEX);
-        return;
-      }
-    }
-    ST* base = state + d * p.state_stride_slot + head_off;
-#pragma unroll
-    for (int j = 0; j < MAXR; ++j) {
-      if (j >= rpt) break;
-      const int row = row0 + j * ngrp;
-      if (row >= P) continue;
+    if (rv && final_base) {
 #pragma unroll
       for (int k = 0; k < KC; ++k) {
         const int n0 = (lane_r + k * lpr) * VEC;
-        if (n0 < N) store_chunk<ST, VEC>(base + row * N + n0, &hs[j][k * VEC]);
+        if (n0 < N)
+          store_row_chunk<ST, VEC>(final_base + (int64_t)row * N + n0, &hs[k * VEC], N - n0);
       }
     }
   }
@@ -341,25 +433,25 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
 }  // namespace
 
-#define SSU_KERNEL(name, ST, IT, VEC, KC)                                    \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)             \
+#define SSU_KERNEL(name, ST, IT, VEC, KC, ASYNC)                             \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS, 6)           \
       name(const __grid_constant__ ssu_cuda_update_launch launch) {          \
-    update_body<ST, IT, VEC, KC>(launch);                                    \
+    update_body<ST, IT, VEC, KC, ASYNC>(launch);                             \
   }
 
 // Vectorized: one or two 16-byte chunks of the row per lane.
 #define SSU_KERNELS_FOR(sname, ST)                                           \
-  SSU_KERNEL(ssu_update_##sname##_f32_vec1, ST, float, 16 / sizeof(ST), 1)  \
-  SSU_KERNEL(ssu_update_##sname##_f16_vec1, ST, f16, 16 / sizeof(ST), 1)    \
-  SSU_KERNEL(ssu_update_##sname##_bf16_vec1, ST, bf16, 16 / sizeof(ST), 1)  \
-  SSU_KERNEL(ssu_update_##sname##_f32_gen, ST, float, 1, 8)                 \
-  SSU_KERNEL(ssu_update_##sname##_f16_gen, ST, f16, 1, 8)                   \
-  SSU_KERNEL(ssu_update_##sname##_bf16_gen, ST, bf16, 1, 8)
+  SSU_KERNEL(ssu_update_##sname##_f32_vec1, ST, float, 16 / sizeof(ST), 1, true) \
+  SSU_KERNEL(ssu_update_##sname##_f16_vec1, ST, f16, 16 / sizeof(ST), 1, true) \
+  SSU_KERNEL(ssu_update_##sname##_bf16_vec1, ST, bf16, 16 / sizeof(ST), 1, true) \
+  SSU_KERNEL(ssu_update_##sname##_f32_gen, ST, float, 1, 8, false)                 \
+  SSU_KERNEL(ssu_update_##sname##_f16_gen, ST, f16, 1, 8, false)                   \
+  SSU_KERNEL(ssu_update_##sname##_bf16_gen, ST, bf16, 1, 8, false)
 
 SSU_KERNELS_FOR(f32, float)
 SSU_KERNELS_FOR(f16, f16)
 SSU_KERNELS_FOR(bf16, bf16)
 // f32 rows longer than 128 elements need two 16-byte chunks per lane.
-SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2)
-SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2)
-SSU_KERNEL(ssu_update_f32_bf16_vec2, float, bf16, 4, 2)
+SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true)
+SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true)
+SSU_KERNEL(ssu_update_f32_bf16_vec2, float, bf16, 4, 2, true)

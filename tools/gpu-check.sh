@@ -9,6 +9,7 @@
 # Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
 # SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
 # TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
+# SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9).
 # Writes OUTDIR/gpu-check.log (everything), OUTDIR/bench.txt (the tables),
 # OUTDIR/bench.json (one JSON document per configuration, in order) and
 # OUTDIR/testlog.txt; prints a short summary last.
@@ -38,8 +39,8 @@ if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dgpu_archs="$archs" -Dbuildtype=release >/dev/null || {
     note "meson setup FAILED"; printf '%s\n' "${summary[@]}"; exit 1; }
 fi
-if ! ninja -C "$build" > "$out/build.txt" 2>&1; then
-  cat "$out/build.txt"
+if ! ninja -C "$build" > /tmp/ssu-build.txt 2>&1; then
+  cat /tmp/ssu-build.txt
   note "build FAILED"
   printf '%s\n' "${summary[@]}"
   exit 1
@@ -56,8 +57,8 @@ cuobjdump --list-elf "$build/libssu.so" 2>&1 | head -5
 # --- tests -------------------------------------------------------------------
 if [ "${TESTS:-1}" != 0 ]; then
   t0=$(date +%s)
-  SSU_TEST_VERBOSE= "$build/tests/gpu/test_gpu_update" 2>&1 | tail -40
-  rc=${PIPESTATUS[0]}
+  env -u SSU_TEST_EVERY "$build/tests/gpu/test_gpu_update" 2>&1
+  rc=$?
   note "gpu suite: exit $rc in $(( $(date +%s) - t0 )) s"
   t0=$(date +%s)
   meson test -C "$build" --no-rebuild --suite cpu --suite api --suite validation --suite abi \
@@ -66,7 +67,7 @@ if [ "${TESTS:-1}" != 0 ]; then
   if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
     for tool in memcheck racecheck; do
       t0=$(date +%s)
-      SSU_TEST_EVERY=${SSU_TEST_EVERY:-9} compute-sanitizer --tool $tool --error-exitcode 99 \
+      SSU_TEST_EVERY=${SAN_EVERY:-9} compute-sanitizer --tool $tool --error-exitcode 99 \
         --print-limit 20 "$build/tests/gpu/test_gpu_update" \
         --test-case='*table*,*graph*,*error word*' 2>&1 | tail -12
       note "compute-sanitizer $tool: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
@@ -86,11 +87,12 @@ if [ "${BENCH:-1}" != 0 ]; then
     cat /tmp/ssu-bench.json >> "$out/bench.json" 2>/dev/null
     echo >> "$out/bench.json"
   }
-  bench --state-dtype f32
-  bench --state-dtype bf16
-  bench --state-dtype f16
-  bench --mamba1 --batch 1,8,64,256
-  bench --tokens 4 --batch 1,8,64,128
+  iters="--iters ${BENCH_ITERS:-100}"
+  bench --state-dtype f32 $iters
+  bench --state-dtype bf16 --batch 1,8,64,256 $iters
+  bench --state-dtype f16 --batch 1,8,64,256 $iters
+  bench --mamba1 --batch 1,8,64,256 $iters
+  bench --tokens 4 --batch 1,8,64,128 $iters
   note "benchmarks done (bench.txt)"
 fi
 

@@ -1,6 +1,7 @@
 // The CUDA backend: the embedded fatbin loaded once per context through the
 // driver API, every kernel resolved at creation, launches that never
 // synchronize, allocate or copy through the host.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -63,6 +64,8 @@ enum Variant { kVec1 = 0, kVec2 = 1, kGen = 2, kNumVariants = 3 };
 const char* const kVariantNames[kNumVariants] = {"vec1", "vec2", "gen"};
 
 constexpr int64_t kMaxDstate = 256;
+constexpr int64_t kTileBytes = 16384;
+constexpr int64_t kBlocksPerSm = 8;
 
 int pow2_ceil(int v) {
   int p = 1;
@@ -88,6 +91,8 @@ class CudaBackend final : public Backend {
     check(d_, d_.DeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_),
           "cuDeviceGetAttribute");
     check(d_, d_.DeviceGetAttribute(&sms_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev_),
+          "cuDeviceGetAttribute");
+    check(d_, d_.DeviceGetAttribute(&max_smem_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev_),
           "cuDeviceGetAttribute");
     cc_ = major * 10 + minor;
     char name[256] = {0};
@@ -126,9 +131,14 @@ class CudaBackend final : public Backend {
             // Load the code now, not lazily at a first launch that might be
             // under stream capture.
             if (d_.FuncLoad) check(d_, d_.FuncLoad(fn), "cuFuncLoad");
-            int regs = 0;
-            check(d_, d_.FuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
-                  "cuFuncGetAttribute");
+            // Every block may use the device's whole opt-in shared memory;
+            // prefer shared memory over L1 (the kernels stream through it).
+            check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          max_smem_),
+                  "cuFuncSetAttribute");
+            check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                          CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+                  "cuFuncSetAttribute");
             fn_[s][i][v] = fn;
           }
     } catch (...) {
@@ -155,6 +165,13 @@ class CudaBackend final : public Backend {
     if (p.dim < 1 || p.dim * p.dstate > INT32_MAX)
       fail(SSU_ERROR_NOT_SUPPORTED, "dim*dstate=%lld exceeds the CUDA backend's limit of 2^31-1",
            static_cast<long long>(p.dim * p.dstate));
+    const int64_t stage = ((p.ntokens * (2 * p.dstate + 1) * 4 + 15) & ~int64_t(15)) + p.ntokens * 8;
+    if (stage > max_smem_)
+      fail(SSU_ERROR_NOT_SUPPORTED,
+           "ntokens=%lld with dstate=%lld needs %lld bytes of shared memory per block, more than "
+           "this device's %d",
+           static_cast<long long>(p.ntokens), static_cast<long long>(p.dstate),
+           static_cast<long long>(stage), max_smem_);
     switch (requested) {
       case SSU_ALGORITHM_AUTO:
       case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
@@ -199,16 +216,33 @@ class CudaBackend final : public Backend {
     }
     const CUfunction fn = fn_[si][ii][variant];
 
-    // Rows per thread: as many as the grid can afford while still giving
-    // every SM several blocks (dim tiling at small batch).
+    // Tile: up to kTileBytes of state per block (its cp.async copy is the
+    // block's bytes in flight), shrunk while the grid would give fewer than
+    // kBlocksPerSm blocks per SM (dim tiling at small batch), never below one
+    // row per lane group.
     const int groups = SSU_CUDA_THREADS / L.lanes_per_row;
     const int64_t bh = p.batch * p.nheads;
-    int rpt = SSU_CUDA_MAX_ROWS_PER_THREAD;
-    while (rpt > 1 && bh * ((P + groups * rpt - 1) / (groups * rpt)) < int64_t(sms_) * 8)
-      rpt >>= 1;
-    L.rows_per_thread = rpt;
-    L.rows_per_block = groups * rpt;
-    L.tiles_per_head = (P + L.rows_per_block - 1) / L.rows_per_block;
+    const int64_t row_bytes = int64_t(N) * sb;
+    int rows = static_cast<int>(std::max<int64_t>(groups, kTileBytes / row_bytes));
+    rows = std::min(rows, P);
+    auto blocks_for = [&](int r) { return bh * ((P + r - 1) / r); };
+    while (rows > groups && blocks_for(rows) < int64_t(sms_) * kBlocksPerSm)
+      rows = std::max(groups, rows / 2);
+    const int64_t bc_bytes = ((p.ntokens * (2 * N + 1) * 4 + 15) & ~int64_t(15)) + p.ntokens * 8;
+    auto state_bytes = [&](int r) {
+      return variant == kGen ? int64_t(0) : ((int64_t(r) * row_bytes + 15) & ~int64_t(15));
+    };
+    while (rows > groups && state_bytes(rows) + bc_bytes > max_smem_) rows = std::max(groups, rows / 2);
+    const int64_t smem = state_bytes(rows) + bc_bytes;
+    if (smem > max_smem_)
+      fail(SSU_ERROR_NOT_SUPPORTED,
+           "ntokens=%lld with dstate=%d needs %lld bytes of shared memory per block, more than "
+           "this device's %d",
+           static_cast<long long>(p.ntokens), N, static_cast<long long>(smem), max_smem_);
+    L.rows_per_block = rows;
+    L.tiles_per_head = (P + rows - 1) / rows;
+    L.smem_state_bytes = static_cast<int32_t>(state_bytes(rows));
+    L.reserved0 = 0;
     const int64_t blocks = bh * L.tiles_per_head;
     if (blocks > INT32_MAX)
       fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
@@ -220,7 +254,7 @@ class CudaBackend final : public Backend {
     const bool push = d_.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx_;
     if (push) check(d_, d_.CtxPushCurrent(ctx_), "cuCtxPushCurrent");
     const CUresult r = d_.LaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, SSU_CUDA_THREADS,
-                                       1, 1, 0, s, args, nullptr);
+                                       1, 1, static_cast<unsigned>(smem), s, args, nullptr);
     if (push) {
       CUcontext popped = nullptr;
       d_.CtxPopCurrent(&popped);
@@ -258,6 +292,7 @@ class CudaBackend final : public Backend {
   CUlibrary lib_ = nullptr;
   int cc_ = 0;
   int sms_ = 1;
+  int max_smem_ = 48 * 1024;
   std::string name_;
   CUfunction fn_[3][3][kNumVariants] = {};
 };

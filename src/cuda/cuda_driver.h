@@ -49,7 +49,11 @@ constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38;
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr CUdevice_attribute CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_NUM_REGS = 4;
+constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9;
+constexpr int CU_SHAREDMEM_CARVEOUT_MAX_SHARED = 100;
 constexpr cuuint64_t CU_GET_PROC_ADDRESS_DEFAULT = 0;
 constexpr CUdriverProcAddressQueryResult CU_GET_PROC_ADDRESS_SUCCESS = 0;
 constexpr CUdriverProcAddressQueryResult CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1;
@@ -88,6 +92,8 @@ constexpr CUstreamCaptureMode CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
     CUresult (*)(CUfunction*, CUkernel))                                                  \
   X(FuncGetAttribute, "cuFuncGetAttribute", 12000, true,                                  \
     CUresult (*)(int*, CUfunction_attribute, CUfunction))                                 \
+  X(FuncSetAttribute, "cuFuncSetAttribute", 12000, true,                                \
+    CUresult (*)(CUfunction, CUfunction_attribute, int))                                  \
   X(FuncLoad, "cuFuncLoad", 12040, false, CUresult (*)(CUfunction))                       \
   X(LaunchKernel, "cuLaunchKernel", 12000, true,                                          \
     CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
