@@ -33,6 +33,8 @@ std::vector<Mode> modes() {
       {"single_slot_is_batch", [](UpdateCase& c) { c.single(); c.index = NOIDX; }},
       {"single_src", [](UpdateCase& c) { c.single(); }},
       {"single_src_dst", [](UpdateCase& c) { c.single(); c.has_dst = true; }},
+      {"single_dst_only",  // no src_index: sequence b reads slot b, writes dst[b]
+       [](UpdateCase& c) { c.single(); c.has_src = false; c.has_dst = true; c.pad = Pad::Negative; }},
       {"single_pad_negative",
        [](UpdateCase& c) { c.single(); c.has_dst = true; c.pad = Pad::Negative; }},
       {"single_pad_slot_id", [](UpdateCase& c) { c.single(); c.pad = Pad::PadSlotId; }},
@@ -55,6 +57,10 @@ std::vector<Mode> modes() {
       {"multi_dst", [](UpdateCase& c) { c.multi(c.T); c.has_dst = true; c.pad = Pad::Negative; }},
       {"multi_dst_per_token",
        [](UpdateCase& c) { c.multi(c.T); c.store = Store::DstPerToken; c.pad = Pad::PadSlotId; }},
+      {"multi_dst_per_token_only",  // no src_index, per-token dst
+       [](UpdateCase& c) {
+         c.multi(c.T); c.has_src = false; c.store = Store::DstPerToken; c.pad = Pad::PadSlotId;
+       }},
       {"multi_spec_decode",  // vLLM-style: one (Bt, T) slot table for src and dst
        [](UpdateCase& c) {
          c.multi(c.T); c.src_2d = true; c.num_accepted = true; c.store = Store::DstPerToken;
@@ -272,12 +278,13 @@ std::vector<UpdateCase> update_case_table() {
       });
   // Per-channel parameters one at a time, on a Mamba-2 shaped problem.
   for (int which = 0; which < 4; ++which)
-    add("multi_dst", [&](UpdateCase& c) {
-      c.A_per_channel = which == 0;
-      c.dt_per_channel = which == 1;
-      c.D_per_channel = which == 2;
-      c.dt_bias_per_channel = which == 3;
-    });
+    for (const char* m : {"multi_dst", "single_src_dst", "varlen_final"})
+      add(m, [&](UpdateCase& c) {
+        c.A_per_channel = which == 0;
+        c.dt_per_channel = which == 1;
+        c.D_per_channel = which == 2;
+        c.dt_bias_per_channel = which == 3;
+      });
   // Shapes of real models.
   add("single_src_dst", [](UpdateCase& c) { c.shape(80, 1, 64, 128); c.batch = 3; });  // Mamba-2 2.7B
   add("multi_spec_decode", [](UpdateCase& c) { c.shape(128, 8, 64, 128); c.batch = 2; c.T = 2; });  // Nemotron-H
@@ -316,6 +323,10 @@ std::vector<UpdateCase> update_case_table() {
     c.has_z = pick(3) != 0;
     c.softplus = pick(4) != 0;
     c.large_dt = pick(5) == 0;
+    c.A_per_channel = c.A_per_channel || pick(5) == 0;
+    c.dt_per_channel = c.dt_per_channel || pick(5) == 0;
+    c.D_per_channel = c.D_per_channel || pick(5) == 0;
+    c.dt_bias_per_channel = c.dt_bias_per_channel || pick(5) == 0;
     c.extra_slots = int(pick(5));
     c.seed = seed++;
     mode.set(c);
