@@ -153,7 +153,8 @@ typedef struct ssu_tensor {
 /**
  * A slot-addressed state pool.
  *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16 or
- *    f16. The inner three axes must be dense (strides P*N, N, 1); the slot
+ *    f16; N <= 256 (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any
+ *    P >= 1. The inner three axes must be dense (strides P*N, N, 1); the slot
  *    stride is free (>= H*P*N), so a pool can live inside a larger buffer.
  *  - state_scale: reserved for int16 block-scaled states (S, H, P) f32;
  *    leave data NULL. An int16 state is rejected with SSU_ERROR_NOT_SUPPORTED
@@ -317,10 +318,11 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    values must be <= T (0 and 1 both select column 0).
  *  - intermediate_states (optional): (I, T, H, P, N), the state's dtype,
  *    inner three axes dense; after every token t of sequence b the state is
- *    stored to intermediate_states[intermediate_index[b], t] (index default:
- *    the initial slot; a padding index skips these stores). The final state
- *    is also stored unless SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D
- *    dst_index. Intermediate stores happen even with that flag.
+ *    stored to intermediate_states[intermediate_index[b], t] (the (I, T)
+ *    rows must not overlap; the index defaults to the initial slot; a
+ *    padding index skips these stores). The final state is also stored
+ *    unless SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D dst_index.
+ *    Intermediate stores happen even with that flag.
  *
  * Writes: out for every token of every sequence; the state pool only as
  * stated above; nothing else. With SSU_UPDATE_DISABLE_STATE_UPDATE the pool

@@ -31,7 +31,7 @@
 #define SSU_F_HAS_ACCEPTED 0x0200u  /* num_accepted_tokens selects src column */
 #define SSU_F_HAS_INTER 0x0400u     /* intermediate_states buffer        */
 #define SSU_F_HAS_INTER_INDEX 0x0800u
-#define SSU_F_DT_PER_CHANNEL 0x1000u
+#define SSU_F_DT_PER_CHANNEL 0x1000u /* the step dt + dt_bias varies along P */
 #define SSU_F_A_PER_CHANNEL 0x2000u
 #define SSU_F_D_PER_CHANNEL 0x4000u
 #define SSU_F_DT_BIAS_PER_CHANNEL 0x8000u

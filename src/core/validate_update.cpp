@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 
@@ -398,6 +399,8 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     p.dt_bias = a.dt_bias.data;
     p.dt_bias_dtype = a.dt_bias.dtype;
     p.features |= SSU_F_HAS_DT_BIAS;
+    // The step size is dt + dt_bias: a per-channel bias makes it per channel.
+    if (p.features & SSU_F_DT_BIAS_PER_CHANNEL) p.features |= SSU_F_DT_PER_CHANNEL;
   }
 
   // ---- slot indices ----------------------------------------------------------
@@ -458,6 +461,19 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
       fail(SSU_ERROR_BAD_STRIDE, "intermediate_states.strides[2..4]=(%" PRId64 ", %" PRId64 ", %"
            PRId64 ") but its inner three axes must be dense: (%" PRId64 ", %" PRId64 ", 1)",
            t.strides[2], t.strides[3], t.strides[4], P * N, N);
+    {  // The (I, T) rows must not overlap: order the two axes by stride.
+      const int64_t hpn = H * P * N;
+      int64_t s_lo = t.strides[0], n_lo = t.shape[0], s_hi = t.strides[1], n_hi = t.shape[1];
+      if (s_lo > s_hi || (s_lo == s_hi && n_lo > n_hi)) {
+        std::swap(s_lo, s_hi);
+        std::swap(n_lo, n_hi);
+      }
+      const bool ok = (n_lo <= 1 || s_lo >= hpn) && (n_hi <= 1 || s_hi >= (n_lo <= 1 ? hpn : s_lo * n_lo));
+      if (!ok)
+        fail(SSU_ERROR_BAD_STRIDE, "intermediate_states.strides[0..1]=(%" PRId64 ", %" PRId64
+             ") make (I, T) rows of H*P*N=%" PRId64 " elements overlap", t.strides[0],
+             t.strides[1], hpn);
+    }
     p.inter_states = t.data;
     p.n_intermediate = t.shape[0];
     p.inter_stride_i = t.strides[0];

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "core/backend.h"
@@ -25,8 +26,8 @@ void check_slot(const ssu_update_params& p, int64_t slot, int64_t bound, const c
       fail(SSU_ERROR_INDEX_OUT_OF_RANGE,
            "%s[%" PRId64 ", %" PRId64 "]=%" PRId64 " but the pool has %" PRId64 " slots", what, b,
            t, slot, bound);
-    fail(SSU_ERROR_INDEX_OUT_OF_RANGE, "%s[%" PRId64 "]=%" PRId64 " but %s %" PRId64, what, b,
-         slot, bound == p.nslots ? "the pool has" : "intermediate_states has", bound);
+    fail(SSU_ERROR_INDEX_OUT_OF_RANGE, "%s[%" PRId64 "]=%" PRId64 " but the pool has %" PRId64
+         " slots", what, b, slot, bound);
   }
 }
 
