@@ -311,6 +311,16 @@ std::vector<BadInput> bad_inputs() {
   add("intermediate dim stride", kInter,
       [](A& a, Pl&, const Pr&) { a.intermediate_states.strides[3] += 1; },
       {SSU_ERROR_BAD_STRIDE}, {"intermediate_states"});
+  add("intermediate rows overlap", kInter,
+      [](A& a, Pl&, const Pr&) {
+        a.intermediate_states.strides[1] = a.intermediate_states.strides[2] * H / 2;
+      },
+      {SSU_ERROR_BAD_STRIDE}, {"intermediate_states"});
+  add("intermediate token and entry strides equal", kInter,
+      [](A& a, Pl&, const Pr&) {
+        a.intermediate_states.strides[0] = a.intermediate_states.strides[1];
+      },
+      {SSU_ERROR_BAD_STRIDE}, {"intermediate_states"});
 
   // --- dtypes ------------------------------------------------------------------
   auto set_inputs = [](A& a, ssu_dtype_t d) {
