@@ -13,10 +13,9 @@
  * rows; a head needs tiles_per_head = ceil(P / rows_per_block) blocks. Small
  * batches get smaller tiles, hence more blocks (dim tiling).
  *
- * Dynamic shared memory: the state tile (smem_state_bytes, vectorized kernels
- * only), then B and C of every token as f32 (2*T*N floats) and the per-head
- * step size of every token (T floats), rounded up to 16 bytes, then one int64
- * store slot per token.
+ * Dynamic shared memory: the state tile at offset 0 (vectorized kernels only),
+ * then the per-token and per-row operands at the offsets below, all staged
+ * before the rows are processed so that the row loop reads shared memory only.
  *
  * Grid: a 1-D grid of batch * nheads * tiles_per_head blocks, ordered
  * (sequence, head, tile) with the tile fastest.
@@ -32,8 +31,15 @@ typedef struct ssu_cuda_update_launch {
   int32_t lanes_per_row;   /* power of two, 1..32                          */
   int32_t rows_per_block;  /* rows of the tile a block owns               */
   int32_t tiles_per_head;  /* ceil(dim / rows_per_block)                   */
-  int32_t smem_state_bytes; /* shared bytes of the state tile (16-aligned) */
-  int32_t reserved0;
+  /* byte offsets into dynamic shared memory (each 16-byte aligned) */
+  int32_t off_B;   /* B of every token, f32 [T][N]                        */
+  int32_t off_C;   /* C of every token, f32 [T][N]                        */
+  int32_t off_dt;  /* step size, f32: [T] per head, [T][rows] per channel */
+  int32_t off_x;   /* x, f32 [T][rows]                                    */
+  int32_t off_z;   /* z, f32 [T][rows]                                    */
+  int32_t off_D;   /* D, f32 [rows]                                       */
+  int32_t off_A;   /* per-channel A, f32 [rows][N]                        */
+  int32_t off_dst; /* per-token store slot, int64 [T] (-1: none)          */
 } ssu_cuda_update_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

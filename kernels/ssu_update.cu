@@ -122,9 +122,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_all;\n" ::: "memory");
-}
 
 // One block: one (sequence, head) pair and a tile of consecutive rows.
 //  1. slot lookup (padding: zero outputs, return);
@@ -203,18 +200,25 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   ST* const state = static_cast<ST*>(p.state);
   const ST* const src_tile = state + s0 * p.state_stride_slot + head_off + (int64_t)r0 * N;
 
-  // Shared memory: [state tile][B: T*N f32][C: T*N f32][dt: T f32][store slot: T i64]
+  // Shared memory (byte offsets from the launch block, see ssu_cuda_launch.h).
+  const int rows = r1 - r0;
   ST* const s_state = reinterpret_cast<ST*>(smem);
-  float* const s_B = reinterpret_cast<float*>(smem + L.smem_state_bytes);
-  float* const s_C = s_B + p.ntokens * N;
-  float* const s_dt = s_C + p.ntokens * N;
-  long long* const s_dst =
-      reinterpret_cast<long long*>(smem + L.smem_state_bytes + ((p.ntokens * (2 * N + 1) * 4 + 15) & ~15));
+  float* const s_B = reinterpret_cast<float*>(smem + L.off_B);
+  float* const s_C = reinterpret_cast<float*>(smem + L.off_C);
+  float* const s_dt = reinterpret_cast<float*>(smem + L.off_dt);
+  float* const s_x = reinterpret_cast<float*>(smem + L.off_x);
+  float* const s_z = reinterpret_cast<float*>(smem + L.off_z);
+  float* const s_D = reinterpret_cast<float*>(smem + L.off_D);
+  float* const s_A = reinterpret_cast<float*>(smem + L.off_A);
+  long long* const s_dst = reinterpret_cast<long long*>(smem + L.off_dst);
 
+  // Everything the rows need is requested at once (state through cp.async,
+  // the rest through plain loads), so one round trip covers them all.
   if (ASYNC) {
-    const int chunks = (r1 - r0) * N / VEC;
+    const int chunks = rows * N / VEC;
     for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
       cp_async_16(s_state + c * VEC, src_tile + c * VEC);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
   {
     const IT* Bb = static_cast<const IT*>(p.B) + b * p.B_stride_b + g * p.B_stride_g;
@@ -227,6 +231,36 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   }
   const bool dt_per_head =
       p.dt_stride_p == 0 && (!(f & SSU_F_HAS_DT_BIAS) || p.dt_bias_stride_p == 0);
+  {
+    const IT* xb = static_cast<const IT*>(p.x) + b * p.x_stride_b + h * p.x_stride_h + r0;
+    const IT* zb = static_cast<const IT*>(p.z) + b * p.z_stride_b + h * p.z_stride_h + r0;
+    const int64_t dtb = b * p.dt_stride_b + h * p.dt_stride_h + r0 * p.dt_stride_p;
+    for (int i = tid; i < ntok * rows; i += SSU_CUDA_THREADS) {
+      const int t = i / rows, r = i - t * rows;
+      const int64_t tok = tok0 + t;
+      s_x[i] = to_f32(__ldg(xb + tok * p.x_stride_t + r));
+      if (f & SSU_F_HAS_Z) s_z[i] = to_f32(__ldg(zb + tok * p.z_stride_t + r));
+      if (!dt_per_head) {
+        float dt = load_param(p.dt, p.dt_dtype, dtb + tok * p.dt_stride_t + r * p.dt_stride_p);
+        if (f & SSU_F_HAS_DT_BIAS)
+          dt += load_param(p.dt_bias, p.dt_bias_dtype,
+                           h * p.dt_bias_stride_h + (r0 + r) * p.dt_bias_stride_p);
+        if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+        s_dt[i] = dt;
+      }
+    }
+    for (int r = tid; r < rows; r += SSU_CUDA_THREADS)
+      s_D[r] = (f & SSU_F_HAS_D)
+                   ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
+                   : 0.f;
+    if (f & SSU_F_A_PER_CHANNEL) {
+      const int64_t ab = h * p.A_stride_h + r0 * p.A_stride_p;
+      for (int i = tid; i < rows * N; i += SSU_CUDA_THREADS) {
+        const int r = i / N, n = i - r * N;
+        s_A[i] = load_param(p.A, p.A_dtype, ab + r * p.A_stride_p + n * p.A_stride_n);
+      }
+    }
+  }
   if (tid < ntok) {
     const int t = tid;
     if (dt_per_head) {
@@ -243,7 +277,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       if (is_pad(d, p.pad_slot_id)) {
         d = -1;
       } else if (d >= p.nslots) {
-        if (reporter || t == 0) report(p.error_word, SSU_BIT_INDEX);
+        if (tile == 0 && h == 0) report(p.error_word, SSU_BIT_INDEX);
         d = -1;
       }
     }
@@ -265,14 +299,6 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   ST* const inter_base = inter_slot >= 0 ? static_cast<ST*>(p.inter_states) +
                                                inter_slot * p.inter_stride_i + head_off
                                          : nullptr;
-
-  if (ASYNC) cp_async_wait_all();
-  __syncthreads();
-
-  const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
-  const float a_head = a_per_head ? load_param(p.A, p.A_dtype, h * p.A_stride_h) : 0.f;
-  const IT* const x_bh = static_cast<const IT*>(p.x) + b * p.x_stride_b + h * p.x_stride_h;
-  const IT* const z_bh = static_cast<const IT*>(p.z) + b * p.z_stride_b + h * p.z_stride_h;
   const bool final_store = (f & (SSU_F_DISABLE_UPDATE | SSU_F_DST_PER_TOKEN)) == 0;
   ST* final_base = nullptr;
   if (final_store) {
@@ -288,21 +314,26 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
     }
     if (d >= 0) final_base = state + d * p.state_stride_slot + head_off;
   }
+  const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
+  const float a_head = a_per_head ? load_param(p.A, p.A_dtype, h * p.A_stride_h) : 0.f;
+
+  if (ASYNC) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
 
   // Rows: one per lane group at a time. All lanes of a group take the same
   // rows, so the shuffles of a group always have all their lanes.
-  const int rows_here = r1 - r0;
-  const int row_iters = (rows_here + ngrp - 1) / ngrp;
+  const int row_iters = (rows + ngrp - 1) / ngrp;
 #pragma unroll 1
   for (int it = 0; it < row_iters; ++it) {
-    const int lr = it * ngrp + tid / lpr;  // row within the tile
-    const bool rv = lr < rows_here;
-    const int row = r0 + (rv ? lr : 0);
+    const int lr_raw = it * ngrp + tid / lpr;  // row within the tile
+    const bool rv = lr_raw < rows;
+    const int lr = rv ? lr_raw : 0;
+    const int row = r0 + lr;
     float hs[E];
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
       const int n0 = (lane_r + k * lpr) * VEC;
-      if (rv && n0 < N) {
+      if (n0 < N) {
         if (ASYNC) {
           const ST* sp = s_state + lr * N + n0;
           if constexpr (VEC * sizeof(ST) == 16) {
@@ -327,44 +358,18 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
         for (int v = 0; v < VEC; ++v) hs[k * VEC + v] = 0.f;
       }
     }
-
-    float a_row[E];
-    if (!a_per_head) {
-      const int64_t ao = h * p.A_stride_h + row * p.A_stride_p;
-#pragma unroll
-      for (int k = 0; k < KC; ++k)
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-          const int n = (lane_r + k * lpr) * VEC + v;
-          a_row[k * VEC + v] = n < N ? load_param(p.A, p.A_dtype, ao + n * p.A_stride_n) : 0.f;
-        }
-    }
-    const float d_row = (f & SSU_F_HAS_D)
-                            ? load_param(p.D, p.D_dtype, h * p.D_stride_h + row * p.D_stride_p)
-                            : 0.f;
-    const float bias_row = (!dt_per_head && (f & SSU_F_HAS_DT_BIAS))
-                               ? load_param(p.dt_bias, p.dt_bias_dtype,
-                                            h * p.dt_bias_stride_h + row * p.dt_bias_stride_p)
-                               : 0.f;
+    const float d_row = s_D[lr];
 
 #pragma unroll 1
     for (int t = 0; t < ntok; ++t) {
       const int64_t tok = tok0 + t;
-      const float xv = to_f32(__ldg(x_bh + tok * p.x_stride_t + row));
-      float dt;
-      if (dt_per_head) {
-        dt = s_dt[t];
-      } else {
-        dt = load_param(p.dt, p.dt_dtype,
-                        b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h +
-                            row * p.dt_stride_p) +
-             bias_row;
-        if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
-      }
+      const float xv = s_x[t * rows + lr];
+      const float dt = dt_per_head ? s_dt[t] : s_dt[t * rows + lr];
       const float dtx = dt * xv;
       const float dA_head = a_per_head ? expf(a_head * dt) : 0.f;
       const float* Bt = s_B + t * N;
       const float* Ct = s_C + t * N;
+      const float* Ar = s_A + lr * N;
       float acc = 0.f;
 #pragma unroll
       for (int k = 0; k < KC; ++k) {
@@ -393,7 +398,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
           const int e = k * VEC + v;
-          const float dA = a_per_head ? dA_head : __expf(a_row[e] * dt);
+          float dA = dA_head;
+          if (!a_per_head) dA = n0 + v < N ? __expf(Ar[n0 + v] * dt) : 0.f;
           hs[e] = fmaf(hs[e], dA, Bv[v] * dtx);
           acc = fmaf(hs[e], Cv[v], acc);
         }
@@ -402,7 +408,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
       if (rv && lane_r == 0) {
         float y = acc + d_row * xv;
-        if (f & SSU_F_HAS_Z) y *= silu(to_f32(__ldg(z_bh + tok * p.z_stride_t + row)));
+        if (f & SSU_F_HAS_Z) y *= silu(s_z[t * rows + lr]);
         out_bh[tok * p.out_stride_t + row] = from_f32<IT>(y);
       }
 

@@ -9,6 +9,7 @@
 # Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
 # SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
 # TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
+# CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9).
 # Writes OUTDIR/gpu-check.log (everything), OUTDIR/bench.txt (the tables),
 # OUTDIR/bench.json (one JSON document per configuration, in order) and
@@ -61,7 +62,7 @@ if [ "${TESTS:-1}" != 0 ]; then
   rc=$?
   note "gpu suite: exit $rc in $(( $(date +%s) - t0 )) s"
   t0=$(date +%s)
-  meson test -C "$build" --no-rebuild --suite cpu --suite api --suite validation --suite abi \
+  [ "${CPU_SUITES:-1}" != 0 ] && meson test -C "$build" --no-rebuild --suite cpu --suite api --suite validation --suite abi \
     --print-errorlogs 2>&1 | tail -15
   note "cpu/api/validation/abi suites: exit $? in $(( $(date +%s) - t0 )) s"
   if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then

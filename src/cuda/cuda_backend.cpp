@@ -75,6 +75,33 @@ int pow2_ceil(int v) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+int64_t align16(int64_t v) { return (v + 15) & ~int64_t(15); }
+
+// Fills the shared-memory offsets of `L` for a tile of `rows` rows (see
+// ssu_cuda_launch.h) and returns the bytes a block needs.
+int64_t shared_layout(const ssu_update_params& p, bool state_tile, int rows,
+                      ssu_cuda_update_launch* L) {
+  const int64_t T = p.ntokens, N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+  const uint32_t f = p.features;
+  const bool dt_per_head =
+      p.dt_stride_p == 0 && (!(f & SSU_F_HAS_DT_BIAS) || p.dt_bias_stride_p == 0);
+  int64_t o = state_tile ? align16(rows * N * sb) : 0;
+  auto put = [&](int64_t bytes) {
+    const int64_t at = o;
+    o = align16(o + bytes);
+    return static_cast<int32_t>(std::min<int64_t>(at, INT32_MAX));
+  };
+  L->off_B = put(T * N * 4);
+  L->off_C = put(T * N * 4);
+  L->off_dt = put(dt_per_head ? T * 4 : T * rows * 4);
+  L->off_x = put(T * rows * 4);
+  L->off_z = put((f & SSU_F_HAS_Z) ? T * rows * 4 : 0);
+  L->off_D = put(int64_t(rows) * 4);
+  L->off_A = put((f & SSU_F_A_PER_CHANNEL) ? rows * N * 4 : 0);
+  L->off_dst = put(T * 8);
+  return o;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int ordinal) : d_(driver()) {
@@ -165,13 +192,16 @@ class CudaBackend final : public Backend {
     if (p.dim < 1 || p.dim * p.dstate > INT32_MAX)
       fail(SSU_ERROR_NOT_SUPPORTED, "dim*dstate=%lld exceeds the CUDA backend's limit of 2^31-1",
            static_cast<long long>(p.dim * p.dstate));
-    const int64_t stage = ((p.ntokens * (2 * p.dstate + 1) * 4 + 15) & ~int64_t(15)) + p.ntokens * 8;
-    if (stage > max_smem_)
-      fail(SSU_ERROR_NOT_SUPPORTED,
-           "ntokens=%lld with dstate=%lld needs %lld bytes of shared memory per block, more than "
-           "this device's %d",
-           static_cast<long long>(p.ntokens), static_cast<long long>(p.dstate),
-           static_cast<long long>(stage), max_smem_);
+    {
+      ssu_cuda_update_launch probe;
+      const int64_t need = shared_layout(p, false, 1, &probe);
+      if (need > max_smem_)
+        fail(SSU_ERROR_NOT_SUPPORTED,
+             "ntokens=%lld with dstate=%lld needs %lld bytes of shared memory per block, more "
+             "than this device's %d",
+             static_cast<long long>(p.ntokens), static_cast<long long>(p.dstate),
+             static_cast<long long>(need), max_smem_);
+    }
     switch (requested) {
       case SSU_ALGORITHM_AUTO:
       case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
@@ -228,12 +258,11 @@ class CudaBackend final : public Backend {
     auto blocks_for = [&](int r) { return bh * ((P + r - 1) / r); };
     while (rows > groups && blocks_for(rows) < int64_t(sms_) * kBlocksPerSm)
       rows = std::max(groups, rows / 2);
-    const int64_t bc_bytes = ((p.ntokens * (2 * N + 1) * 4 + 15) & ~int64_t(15)) + p.ntokens * 8;
-    auto state_bytes = [&](int r) {
-      return variant == kGen ? int64_t(0) : ((int64_t(r) * row_bytes + 15) & ~int64_t(15));
-    };
-    while (rows > groups && state_bytes(rows) + bc_bytes > max_smem_) rows = std::max(groups, rows / 2);
-    const int64_t smem = state_bytes(rows) + bc_bytes;
+    int64_t smem = shared_layout(p, variant != kGen, rows, &L);
+    while (rows > groups && smem > max_smem_) {
+      rows = std::max(groups, rows / 2);
+      smem = shared_layout(p, variant != kGen, rows, &L);
+    }
     if (smem > max_smem_)
       fail(SSU_ERROR_NOT_SUPPORTED,
            "ntokens=%lld with dstate=%d needs %lld bytes of shared memory per block, more than "
@@ -241,8 +270,6 @@ class CudaBackend final : public Backend {
            static_cast<long long>(p.ntokens), N, static_cast<long long>(smem), max_smem_);
     L.rows_per_block = rows;
     L.tiles_per_head = (P + rows - 1) / rows;
-    L.smem_state_bytes = static_cast<int32_t>(state_bytes(rows));
-    L.reserved0 = 0;
     const int64_t blocks = bh * L.tiles_per_head;
     if (blocks > INT32_MAX)
       fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
