@@ -53,6 +53,26 @@ int context_threads(ssu_context_t ctx) {
 
 // The largest CPU cache of cpu0 in bytes (32 MiB if sysfs does not say).
 // Also used by ssu_bench.cpp to size the state pool.
+// "model name" of /proc/cpuinfo, e.g. "Intel(R) Xeon(R) Processor @ 2.50GHz";
+// empty where the file does not say.
+static std::string cpu_model_name() {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return "";
+  char line[512];
+  std::string model;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "model name", 10) != 0) continue;
+    const char* colon = std::strchr(line, ':');
+    if (!colon) continue;
+    model = colon + 1;
+    break;
+  }
+  std::fclose(f);
+  const size_t b = model.find_first_not_of(" \t");
+  const size_t e = model.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : model.substr(b, e - b + 1);
+}
+
 size_t last_level_cache_bytes() {
   size_t best = 0;
   for (int i = 0; i < 8; ++i) {
@@ -139,7 +159,7 @@ class Team {
 class CpuBenchDevice final : public BenchDevice {
  public:
   explicit CpuBenchDevice(ssu_context_t ctx)
-      : name_(ssu_context_device_name(ctx) ? ssu_context_device_name(ctx) : "cpu"),
+      : name_(describe(ctx)),
         team_(context_threads(ctx)),
         sweep_(2 * last_level_cache_bytes() / sizeof(uint64_t), 1) {}
 
@@ -219,6 +239,15 @@ class CpuBenchDevice final : public BenchDevice {
       t.push_back(std::chrono::duration<double>(t1 - t0).count());
     }
     return median(t);
+  }
+
+  // The processor model followed by the context's own description, e.g.
+  // "Intel(R) Xeon(R) Processor @ 2.50GHz, cpu (2 threads, avx2)".
+  static std::string describe(ssu_context_t ctx) {
+    const char* ctx_name = ssu_context_device_name(ctx);
+    std::string name = cpu_model_name();
+    if (ctx_name && *ctx_name) name += (name.empty() ? "" : ", ") + std::string(ctx_name);
+    return name.empty() ? "cpu" : name;
   }
 
   static void execute(ssu_plan_t plan, const ssu_update_args_t& a) {
