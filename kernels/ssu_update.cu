@@ -215,8 +215,12 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   // Everything the rows need is requested at once (state through cp.async,
   // the rest through plain loads), so one round trip covers them all.
   if (ASYNC) {
+    const int split = min(rows, ((rows + ngrp - 1) / ngrp + 1) / 2 * ngrp) * N / VEC;
     const int chunks = rows * N / VEC;
-    for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
+    for (int c = tid; c < split; c += SSU_CUDA_THREADS)
+      cp_async_16(s_state + c * VEC, src_tile + c * VEC);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    for (int c = split + tid; c < chunks; c += SSU_CUDA_THREADS)
       cp_async_16(s_state + c * VEC, src_tile + c * VEC);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
@@ -239,7 +243,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       const int t = i / rows, r = i - t * rows;
       const int64_t tok = tok0 + t;
       s_x[i] = to_f32(__ldg(xb + tok * p.x_stride_t + r));
-      if (f & SSU_F_HAS_Z) s_z[i] = to_f32(__ldg(zb + tok * p.z_stride_t + r));
+      if (f & SSU_F_HAS_Z) s_z[i] = silu(to_f32(__ldg(zb + tok * p.z_stride_t + r)));
       if (!dt_per_head) {
         float dt = load_param(p.dt, p.dt_dtype, dtb + tok * p.dt_stride_t + r * p.dt_stride_p);
         if (f & SSU_F_HAS_DT_BIAS)
@@ -270,6 +274,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
         dt += load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
       if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
       s_dt[t] = dt;
+      if (!(f & SSU_F_A_PER_CHANNEL))
+        s_dt[p.ntokens + t] = expf(load_param(p.A, p.A_dtype, h * p.A_stride_h) * dt);
     }
     long long d = -1;
     if ((f & SSU_F_DST_PER_TOKEN) && !(f & SSU_F_DISABLE_UPDATE)) {
@@ -315,16 +321,24 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
     if (d >= 0) final_base = state + d * p.state_stride_slot + head_off;
   }
   const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
-  const float a_head = a_per_head ? load_param(p.A, p.A_dtype, h * p.A_stride_h) : 0.f;
 
-  if (ASYNC) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  // The tile arrives in two halves (two cp.async groups); the rows of the
+  // first half are processed while the second is still in flight.
+  const int row_iters = (rows + ngrp - 1) / ngrp;
+  const int first_iters = (row_iters + 1) / 2;
+  if (ASYNC) {
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  }
   __syncthreads();
 
   // Rows: one per lane group at a time. All lanes of a group take the same
   // rows, so the shuffles of a group always have all their lanes.
-  const int row_iters = (rows + ngrp - 1) / ngrp;
 #pragma unroll 1
   for (int it = 0; it < row_iters; ++it) {
+    if (ASYNC && it == first_iters) {
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      __syncthreads();
+    }
     const int lr_raw = it * ngrp + tid / lpr;  // row within the tile
     const bool rv = lr_raw < rows;
     const int lr = rv ? lr_raw : 0;
@@ -366,7 +380,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       const float xv = s_x[t * rows + lr];
       const float dt = dt_per_head ? s_dt[t] : s_dt[t * rows + lr];
       const float dtx = dt * xv;
-      const float dA_head = a_per_head ? expf(a_head * dt) : 0.f;
+      const float dA_head = a_per_head ? s_dt[p.ntokens + t] : 0.f;
       const float* Bt = s_B + t * N;
       const float* Ct = s_C + t * N;
       const float* Ar = s_A + lr * N;
@@ -408,7 +422,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
       if (rv && lane_r == 0) {
         float y = acc + d_row * xv;
-        if (f & SSU_F_HAS_Z) y *= silu(s_z[t * rows + lr]);
+        if (f & SSU_F_HAS_Z) y *= s_z[t * rows + lr];
         out_bh[tok * p.out_stride_t + row] = from_f32<IT>(y);
       }
 
@@ -439,25 +453,27 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
 }  // namespace
 
-#define SSU_KERNEL(name, ST, IT, VEC, KC, ASYNC)                             \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS, 6)           \
+// MINB: resident blocks per SM the register allocation must allow (ptxas,
+// sm_90a: the vectorized kernels fit 8 without spilling, the general ones 6).
+#define SSU_KERNEL(name, ST, IT, VEC, KC, ASYNC, MINB)                       \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS, MINB)        \
       name(const __grid_constant__ ssu_cuda_update_launch launch) {          \
     update_body<ST, IT, VEC, KC, ASYNC>(launch);                             \
   }
 
 // Vectorized: one or two 16-byte chunks of the row per lane.
 #define SSU_KERNELS_FOR(sname, ST)                                           \
-  SSU_KERNEL(ssu_update_##sname##_f32_vec1, ST, float, 16 / sizeof(ST), 1, true) \
-  SSU_KERNEL(ssu_update_##sname##_f16_vec1, ST, f16, 16 / sizeof(ST), 1, true) \
-  SSU_KERNEL(ssu_update_##sname##_bf16_vec1, ST, bf16, 16 / sizeof(ST), 1, true) \
-  SSU_KERNEL(ssu_update_##sname##_f32_gen, ST, float, 1, 8, false)                 \
-  SSU_KERNEL(ssu_update_##sname##_f16_gen, ST, f16, 1, 8, false)                   \
-  SSU_KERNEL(ssu_update_##sname##_bf16_gen, ST, bf16, 1, 8, false)
+  SSU_KERNEL(ssu_update_##sname##_f32_vec1, ST, float, 16 / sizeof(ST), 1, true, 8) \
+  SSU_KERNEL(ssu_update_##sname##_f16_vec1, ST, f16, 16 / sizeof(ST), 1, true, 8) \
+  SSU_KERNEL(ssu_update_##sname##_bf16_vec1, ST, bf16, 16 / sizeof(ST), 1, true, 8) \
+  SSU_KERNEL(ssu_update_##sname##_f32_gen, ST, float, 1, 8, false, 6)                 \
+  SSU_KERNEL(ssu_update_##sname##_f16_gen, ST, f16, 1, 8, false, 6)                   \
+  SSU_KERNEL(ssu_update_##sname##_bf16_gen, ST, bf16, 1, 8, false, 6)
 
 SSU_KERNELS_FOR(f32, float)
 SSU_KERNELS_FOR(f16, f16)
 SSU_KERNELS_FOR(bf16, bf16)
 // f32 rows longer than 128 elements need two 16-byte chunks per lane.
-SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true)
-SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true)
-SSU_KERNEL(ssu_update_f32_bf16_vec2, float, bf16, 4, 2, true)
+SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true, 8)
+SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true, 8)
+SSU_KERNEL(ssu_update_f32_bf16_vec2, float, bf16, 4, 2, true, 8)

@@ -65,7 +65,9 @@ const char* const kVariantNames[kNumVariants] = {"vec1", "vec2", "gen"};
 
 constexpr int64_t kMaxDstate = 256;
 constexpr int64_t kTileBytes = 16384;
-constexpr int64_t kBlocksPerSm = 8;
+// Dim tiling stops once every SM has this many blocks: a small batch then
+// runs in one wave with all its state requested at once.
+constexpr int64_t kMinBlocksPerSm = 2;
 
 int pow2_ceil(int v) {
   int p = 1;
@@ -93,7 +95,7 @@ int64_t shared_layout(const ssu_update_params& p, bool state_tile, int rows,
   };
   L->off_B = put(T * N * 4);
   L->off_C = put(T * N * 4);
-  L->off_dt = put(dt_per_head ? T * 4 : T * rows * 4);
+  L->off_dt = put(dt_per_head ? 2 * T * 4 : T * rows * 4);  // per head: dt, then exp(A*dt)
   L->off_x = put(T * rows * 4);
   L->off_z = put((f & SSU_F_HAS_Z) ? T * rows * 4 : 0);
   L->off_D = put(int64_t(rows) * 4);
@@ -248,7 +250,7 @@ class CudaBackend final : public Backend {
 
     // Tile: up to kTileBytes of state per block (its cp.async copy is the
     // block's bytes in flight), shrunk while the grid would give fewer than
-    // kBlocksPerSm blocks per SM (dim tiling at small batch), never below one
+    // kMinBlocksPerSm blocks per SM (dim tiling at small batch), never below one
     // row per lane group.
     const int groups = SSU_CUDA_THREADS / L.lanes_per_row;
     const int64_t bh = p.batch * p.nheads;
@@ -256,7 +258,7 @@ class CudaBackend final : public Backend {
     int rows = static_cast<int>(std::max<int64_t>(groups, kTileBytes / row_bytes));
     rows = std::min(rows, P);
     auto blocks_for = [&](int r) { return bh * ((P + r - 1) / r); };
-    while (rows > groups && blocks_for(rows) < int64_t(sms_) * kBlocksPerSm)
+    while (rows > groups && blocks_for(rows) < int64_t(sms_) * kMinBlocksPerSm)
       rows = std::max(groups, rows / 2);
     int64_t smem = shared_layout(p, variant != kGen, rows, &L);
     while (rows > groups && smem > max_smem_) {
