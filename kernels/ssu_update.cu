@@ -321,6 +321,9 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
     if (d >= 0) final_base = state + d * p.state_stride_slot + head_off;
   }
   const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
+  // Per-head A with a per-channel step size: exp(A*dt) per row and token.
+  const float a_head =
+      a_per_head && !dt_per_head ? load_param(p.A, p.A_dtype, h * p.A_stride_h) : 0.f;
 
   // The tile arrives in two halves (two cp.async groups); the rows of the
   // first half are processed while the second is still in flight.
@@ -380,7 +383,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       const float xv = s_x[t * rows + lr];
       const float dt = dt_per_head ? s_dt[t] : s_dt[t * rows + lr];
       const float dtx = dt * xv;
-      const float dA_head = a_per_head ? s_dt[p.ntokens + t] : 0.f;
+      const float dA_head =
+          !a_per_head ? 0.f : dt_per_head ? s_dt[p.ntokens + t] : expf(a_head * dt);
       const float* Bt = s_B + t * N;
       const float* Ct = s_C + t * N;
       const float* Ar = s_A + lr * N;
