@@ -259,9 +259,17 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
                    : 0.f;
     if (f & SSU_F_A_PER_CHANNEL) {
       const int64_t ab = h * p.A_stride_h + r0 * p.A_stride_p;
-      for (int i = tid; i < rows * N; i += SSU_CUDA_THREADS) {
-        const int r = i / N, n = i - r * N;
-        s_A[i] = load_param(p.A, p.A_dtype, ab + r * p.A_stride_p + n * p.A_stride_n);
+      const float* af = static_cast<const float*>(p.A) + ab;
+      if (ASYNC && p.A_dtype == SSU_DT_F32 && p.A_stride_n == 1 && p.A_stride_p == N &&
+          (N & 3) == 0 && (reinterpret_cast<uintptr_t>(af) & 15) == 0) {
+        // Dense f32 rows (the usual Mamba-1 layout): one more contiguous run.
+        for (int c = tid; c < rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(s_A + 4 * c, af + 4 * c);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+      } else {
+        for (int i = tid; i < rows * N; i += SSU_CUDA_THREADS) {
+          const int r = i / N, n = i - r * N;
+          s_A[i] = load_param(p.A, p.A_dtype, ab + r * p.A_stride_p + n * p.A_stride_n);
+        }
       }
     }
   }
@@ -330,7 +338,11 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   const int row_iters = (rows + ngrp - 1) / ngrp;
   const int first_iters = (row_iters + 1) / 2;
   if (ASYNC) {
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    // The A group (if any) was committed last: it must have landed too.
+    if (f & SSU_F_A_PER_CHANNEL)
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+    else
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -392,7 +404,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 #pragma unroll
       for (int k = 0; k < KC; ++k) {
         const int n0 = (lane_r + k * lpr) * VEC;
-        float Bv[VEC], Cv[VEC];
+        float Bv[VEC], Cv[VEC], Av[VEC];
         if (n0 < N) {
           if constexpr (VEC % 4 == 0) {
 #pragma unroll
@@ -401,23 +413,28 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
               const float4 c4 = *reinterpret_cast<const float4*>(Ct + n0 + v);
               Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
               Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
+              if (!a_per_head) {
+                const float4 a4 = *reinterpret_cast<const float4*>(Ar + n0 + v);
+                Av[v] = a4.x; Av[v + 1] = a4.y; Av[v + 2] = a4.z; Av[v + 3] = a4.w;
+              }
             }
           } else {
 #pragma unroll
             for (int v = 0; v < VEC; ++v) {
               Bv[v] = n0 + v < N ? Bt[n0 + v] : 0.f;
               Cv[v] = n0 + v < N ? Ct[n0 + v] : 0.f;
+              if (!a_per_head) Av[v] = n0 + v < N ? Ar[n0 + v] : 0.f;
             }
           }
         } else {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) Bv[v] = Cv[v] = 0.f;
+          for (int v = 0; v < VEC; ++v) Bv[v] = Cv[v] = Av[v] = 0.f;
         }
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
           const int e = k * VEC + v;
           float dA = dA_head;
-          if (!a_per_head) dA = n0 + v < N ? __expf(Ar[n0 + v] * dt) : 0.f;
+          if (!a_per_head) dA = __expf(Av[v] * dt);
           hs[e] = fmaf(hs[e], dA, Bv[v] * dtx);
           acc = fmaf(hs[e], Cv[v], acc);
         }
