@@ -34,17 +34,8 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// The worker count of a CPU context, read from its device name
-// ("cpu (N threads)"); the hardware thread count if the name does not say.
-int context_threads(ssu_context_t ctx) {
-  const char* name = ssu_context_device_name(ctx);
-  if (name) {
-    const char* open = std::strchr(name, '(');
-    if (open) {
-      const long n = std::strtol(open + 1, nullptr, 10);
-      if (n > 0 && n < 4096) return static_cast<int>(n);
-    }
-  }
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
   const unsigned hw = std::thread::hardware_concurrency();
   return hw ? static_cast<int>(hw) : 1;
 }
@@ -158,9 +149,9 @@ class Team {
 
 class CpuBenchDevice final : public BenchDevice {
  public:
-  explicit CpuBenchDevice(ssu_context_t ctx)
+  CpuBenchDevice(ssu_context_t ctx, int threads)
       : name_(describe(ctx)),
-        team_(context_threads(ctx)),
+        team_(resolve_threads(threads)),
         sweep_(2 * last_level_cache_bytes() / sizeof(uint64_t), 1) {}
 
   std::string name() const override { return name_; }
@@ -272,8 +263,8 @@ class CpuBenchDevice final : public BenchDevice {
 
 }  // namespace
 
-std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx) {
-  return std::unique_ptr<BenchDevice>(new CpuBenchDevice(ctx));
+std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx, int threads) {
+  return std::unique_ptr<BenchDevice>(new CpuBenchDevice(ctx, threads));
 }
 
 }  // namespace ssu_bench

@@ -33,7 +33,11 @@ class BenchDevice {
                                   int iters) = 0;
 };
 
-std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx);
+// `threads`: the worker count the CPU context was created with (0 = every
+// hardware thread), so the copy ceiling uses as many threads as the update.
+std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx, int threads);
+// The largest CPU cache in bytes (32 MiB if the system does not say).
+size_t last_level_cache_bytes();
 // Defined in bench_cuda.cpp when the CUDA backend is built; nullptr otherwise.
 std::unique_ptr<BenchDevice> make_cuda_bench_device(ssu_context_t ctx);
 

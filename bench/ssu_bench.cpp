@@ -19,10 +19,6 @@
 #include "bench_device.h"
 #include "ssu.h"
 
-namespace ssu_bench {
-// Defined in bench_cpu.cpp.
-size_t last_level_cache_bytes();
-}  // namespace ssu_bench
 
 namespace {
 
@@ -603,7 +599,7 @@ int run(const Options& o) {
       return 1;
     }
   } else {
-    dev = make_cpu_bench_device(ctx);
+    dev = make_cpu_bench_device(ctx, o.threads);
   }
 
   std::vector<int64_t> batches = o.batches;
