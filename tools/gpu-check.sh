@@ -9,6 +9,7 @@
 # Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
 # SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
 # TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
+# NCU=1 profiles one update kernel of each benchmark shape with Nsight Compute.
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9).
 # Writes OUTDIR/gpu-check.log (everything), OUTDIR/bench.txt (the tables),
@@ -95,6 +96,20 @@ if [ "${BENCH:-1}" != 0 ]; then
   bench --mamba1 --batch 1,8,64,256 $iters
   bench --tokens 4 --batch 1,8,64,128 $iters
   note "benchmarks done (bench.txt)"
+fi
+
+# --- profile (NCU=1): one update kernel per configuration ------------------------
+if [ "${NCU:-0}" != 0 ] && command -v ncu >/dev/null; then
+  for cfg in "--state-dtype f32 --batch 256" "--state-dtype bf16 --batch 256" \
+             "--tokens 4 --batch 128" "--mamba1 --batch 256"; do
+    echo "### ncu: ssu-bench --backend cuda $cfg"
+    ncu --kernel-name regex:ssu_update --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "$build/bench/ssu-bench" --backend cuda $cfg --iters 3 2>&1 |
+      grep -E "ssu_update|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth" | head -40
+  done
+  note "ncu profiles done"
 fi
 
 # --- Python binding -------------------------------------------------------------

@@ -64,7 +64,7 @@ enum Variant { kVec1 = 0, kVec2 = 1, kGen = 2, kNumVariants = 3 };
 const char* const kVariantNames[kNumVariants] = {"vec1", "vec2", "gen"};
 
 constexpr int64_t kMaxDstate = 256;
-constexpr int64_t kTileBytes = 16384;
+constexpr int64_t kTileBytes = 32768;
 // Dim tiling stops once every SM has this many blocks: a small batch then
 // runs in one wave with all its state requested at once.
 constexpr int64_t kMinBlocksPerSm = 2;
@@ -255,7 +255,10 @@ class CudaBackend final : public Backend {
     const int groups = SSU_CUDA_THREADS / L.lanes_per_row;
     const int64_t bh = p.batch * p.nheads;
     const int64_t row_bytes = int64_t(N) * sb;
-    int rows = static_cast<int>(std::max<int64_t>(groups, kTileBytes / row_bytes));
+    // A per-channel A tile (f32, as large as an f32 state tile) shares the budget.
+    const int64_t tile_bytes =
+        (p.features & SSU_F_A_PER_CHANNEL) ? kTileBytes * sb / (sb + 4) : kTileBytes;
+    int rows = static_cast<int>(std::max<int64_t>(groups, tile_bytes / row_bytes));
     rows = std::min(rows, P);
     auto blocks_for = [&](int r) { return bh * ((P + r - 1) / r); };
     while (rows > groups && blocks_for(rows) < int64_t(sms_) * kMinBlocksPerSm)
