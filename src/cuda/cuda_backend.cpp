@@ -65,9 +65,9 @@ const char* const kVariantNames[kNumVariants] = {"vec1", "vec2", "gen"};
 
 constexpr int64_t kMaxDstate = 256;
 constexpr int64_t kTileBytes = 32768;
-// Dim tiling stops once every SM has this many blocks: a small batch then
-// runs in one wave with all its state requested at once.
-constexpr int64_t kMinBlocksPerSm = 2;
+// A block's fixed cost (index lookup, staging round trip) in tile bytes,
+// for choosing the tile size (see execute_update).
+constexpr int64_t kFixedBlockBytes = 24576;
 
 int pow2_ceil(int v) {
   int p = 1;
@@ -123,6 +123,9 @@ class CudaBackend final : public Backend {
           "cuDeviceGetAttribute");
     check(d_, d_.DeviceGetAttribute(&max_smem_, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev_),
           "cuDeviceGetAttribute");
+    check(d_, d_.DeviceGetAttribute(&smem_per_sm_,
+                                    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev_),
+          "cuDeviceGetAttribute");
     cc_ = major * 10 + minor;
     char name[256] = {0};
     check(d_, d_.DeviceGetName(name, static_cast<int>(sizeof name) - 1, dev_), "cuDeviceGetName");
@@ -168,6 +171,12 @@ class CudaBackend final : public Backend {
             check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                           CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
                   "cuFuncSetAttribute");
+            int regs = 0;
+            check(d_, d_.FuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
+                  "cuFuncGetAttribute");
+            // Registers are allocated per warp in units of 256.
+            const int per_block = ((regs * 32 + 255) / 256) * 256 * (SSU_CUDA_THREADS / 32);
+            regs_blocks_[s][i][v] = std::max(1, std::min(16, 65536 / std::max(1, per_block)));
             fn_[s][i][v] = fn;
           }
     } catch (...) {
@@ -248,31 +257,47 @@ class CudaBackend final : public Backend {
     }
     const CUfunction fn = fn_[si][ii][variant];
 
-    // Tile: up to kTileBytes of state per block (its cp.async copy is the
-    // block's bytes in flight), shrunk while the grid would give fewer than
-    // kMinBlocksPerSm blocks per SM (dim tiling at small batch), never below one
-    // row per lane group.
+    // Tile: the rows a block copies into shared memory (its bytes in flight).
+    // Candidates halve from kTileBytes of state down to one row per lane
+    // group; the one with the least estimated time wins, where a wave of
+    // resident blocks costs its tile bytes plus kFixedBlockBytes (the latency
+    // of a block's dependent loads expressed as bytes). This picks whole-head
+    // tiles at large batch, smaller tiles where whole ones would leave a
+    // mostly empty last wave, and dim tiling at small batch.
     const int groups = SSU_CUDA_THREADS / L.lanes_per_row;
     const int64_t bh = p.batch * p.nheads;
     const int64_t row_bytes = int64_t(N) * sb;
     // A per-channel A tile (f32, as large as an f32 state tile) shares the budget.
-    const int64_t tile_bytes =
-        (p.features & SSU_F_A_PER_CHANNEL) ? kTileBytes * sb / (sb + 4) : kTileBytes;
+    // Several tokens per row lengthen a block's compute: smaller tiles (more
+    // resident blocks) measured faster there (T=4: 0.48 vs 0.40 of copy).
+    int64_t tile_bytes = p.ntokens > 1 ? kTileBytes / 2 : kTileBytes;
+    if (p.features & SSU_F_A_PER_CHANNEL) tile_bytes = tile_bytes * sb / (sb + 4);
     int rows = static_cast<int>(std::max<int64_t>(groups, tile_bytes / row_bytes));
     rows = std::min(rows, P);
-    auto blocks_for = [&](int r) { return bh * ((P + r - 1) / r); };
-    while (rows > groups && blocks_for(rows) < int64_t(sms_) * kMinBlocksPerSm)
-      rows = std::max(groups, rows / 2);
-    int64_t smem = shared_layout(p, variant != kGen, rows, &L);
-    while (rows > groups && smem > max_smem_) {
-      rows = std::max(groups, rows / 2);
-      smem = shared_layout(p, variant != kGen, rows, &L);
+    int best_rows = -1;
+    double best_cost = 0;
+    for (int r = rows;; r = std::max(groups, r / 2)) {
+      const int64_t sm = shared_layout(p, variant != kGen, r, &L);
+      if (sm <= max_smem_) {
+        const int64_t resident = std::max<int64_t>(
+            1, std::min<int64_t>(regs_blocks_[si][ii][variant], smem_per_sm_ / (sm + 1024)));
+        const int64_t blocks = bh * ((P + r - 1) / r);
+        const int64_t waves = (blocks + resident * sms_ - 1) / (resident * sms_);
+        const double cost = double(waves) * double(int64_t(r) * row_bytes + kFixedBlockBytes);
+        if (best_rows < 0 || cost < best_cost) {
+          best_rows = r;
+          best_cost = cost;
+        }
+      }
+      if (r <= groups) break;
     }
-    if (smem > max_smem_)
+    if (best_rows < 0)
       fail(SSU_ERROR_NOT_SUPPORTED,
-           "ntokens=%lld with dstate=%d needs %lld bytes of shared memory per block, more than "
-           "this device's %d",
-           static_cast<long long>(p.ntokens), N, static_cast<long long>(smem), max_smem_);
+           "ntokens=%lld with dstate=%d needs more shared memory per block than this device's "
+           "%d bytes",
+           static_cast<long long>(p.ntokens), N, max_smem_);
+    rows = best_rows;
+    const int64_t smem = shared_layout(p, variant != kGen, rows, &L);
     L.rows_per_block = rows;
     L.tiles_per_head = (P + rows - 1) / rows;
     const int64_t blocks = bh * L.tiles_per_head;
@@ -325,6 +350,8 @@ class CudaBackend final : public Backend {
   int cc_ = 0;
   int sms_ = 1;
   int max_smem_ = 48 * 1024;
+  int smem_per_sm_ = 100 * 1024;
+  int regs_blocks_[3][3][kNumVariants] = {};
   std::string name_;
   CUfunction fn_[3][3][kNumVariants] = {};
 };
