@@ -3,6 +3,8 @@
 // context's threads.
 #include <algorithm>
 #include <cinttypes>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -83,8 +85,12 @@ void check_data(const ssu_update_params& p) {
   }
 }
 
+// SSU_CPU_ISA=generic forces the baseline loops (so they can be tested on
+// machines that would pick the AVX2 ones).
 bool cpu_has_avx2() {
 #if defined(__x86_64__) && defined(SSU_CPU_HAVE_AVX2)
+  const char* isa = std::getenv("SSU_CPU_ISA");
+  if (isa && std::strcmp(isa, "generic") == 0) return false;
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
          __builtin_cpu_supports("f16c");
@@ -115,7 +121,9 @@ class CpuBackend final : public Backend {
   void execute_update(const ssu_update_params& p, ssu_algorithm_t, ssu_stream_t) override {
     check_data(p);
     // Row blocks small enough for an L1-resident fp32 tile.
-    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(p.dim, 4096 / p.dstate));
+    // (at most 256 rows: kMaxRows in kernel_impl.h).
+    const int64_t rows =
+        std::max<int64_t>(1, std::min<int64_t>(p.dim, std::min<int64_t>(256, 4096 / p.dstate)));
     const int64_t blocks = (p.dim + rows - 1) / rows;
     const int64_t items = p.batch * p.nheads * blocks;
     // Aim for ~64 KiB of state per chunk so small calls stay on one thread.
