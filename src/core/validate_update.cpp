@@ -154,6 +154,14 @@ IndexInfo check_slot_index(const ssu_tensor_t& t, const char* name, const Form& 
   return r;
 }
 
+// A per-sequence index vector (Bt,) of i32/i64; returns its stride.
+int64_t check_batch_index(const ssu_tensor_t& t, const char* name, const Form& f) {
+  check_rank(t, name, 1, "(Bt,)");
+  check_index_dtype(t, name);
+  check_dim(t, name, 0, f.batch, "the batch Bt");
+  return t.strides[0];
+}
+
 // (H,) or (H, P) parameters. Returns true when per channel (a P axis with a
 // non-zero stride).
 bool check_head_param(const ssu_tensor_t& t, const char* name, int64_t H, int64_t P,
@@ -431,11 +439,8 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     if (!src_2d)
       fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "num_accepted_tokens is given but src_index is not "
            "2-D (Bt, T); the accepted count selects a column of a per-token src_index");
-    check_rank(a.num_accepted_tokens, "num_accepted_tokens", 1, "(Bt,)");
-    check_index_dtype(a.num_accepted_tokens, "num_accepted_tokens");
-    check_dim(a.num_accepted_tokens, "num_accepted_tokens", 0, f.batch, "the batch Bt");
+    p.num_accepted_stride = check_batch_index(a.num_accepted_tokens, "num_accepted_tokens", f);
     p.num_accepted = a.num_accepted_tokens.data;
-    p.num_accepted_stride = a.num_accepted_tokens.strides[0];
     p.accepted_dtype = a.num_accepted_tokens.dtype;
     p.features |= SSU_F_HAS_ACCEPTED;
   }
@@ -484,11 +489,8 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     if (!present(a.intermediate_states))
       fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "intermediate_index is given without "
            "intermediate_states");
-    check_rank(a.intermediate_index, "intermediate_index", 1, "(Bt,)");
-    check_index_dtype(a.intermediate_index, "intermediate_index");
-    check_dim(a.intermediate_index, "intermediate_index", 0, f.batch, "the batch Bt");
+    p.inter_index_stride = check_batch_index(a.intermediate_index, "intermediate_index", f);
     p.inter_index = a.intermediate_index.data;
-    p.inter_index_stride = a.intermediate_index.strides[0];
     p.inter_index_dtype = a.intermediate_index.dtype;
     p.features |= SSU_F_HAS_INTER_INDEX;
   }

@@ -59,7 +59,31 @@ def _stream_int(stream):
     raise TypeError(f"stream must be an integer CUstream, got {type(stream).__name__}")
 
 
-class Context:
+class _Handle:
+    """Lifetime plumbing shared by Context and Plan: close() once, also from
+    ``with`` blocks and garbage collection."""
+
+    _handle = None
+
+    def close(self):
+        if self._handle:
+            self._destroy()
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Context(_Handle):
     """One backend on one device.
 
     ``Context("cpu", num_threads=0)`` or ``Context("cuda", device=0)``;
@@ -97,25 +121,11 @@ class Context:
     def device_name(self):
         return _L.ssu_context_device_name(self.handle).decode(errors="replace")
 
-    def close(self):
-        """Destroys the context (after every plan made from it)."""
-        if self._handle:
-            for plan in list(self._plans):
-                plan.close()
-            _L.ssu_context_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _destroy(self):
+        # Plans first: a context outlives every plan made from it.
+        for plan in list(self._plans):
+            plan.close()
+        _L.ssu_context_destroy(self._handle)
 
     def __repr__(self):
         state = self.device_name if self._handle else "closed"
@@ -217,7 +227,7 @@ class _Args:
                              f"device {self.ctx.device}")
 
 
-class Plan:
+class Plan(_Handle):
     """A validated update configuration. Create with Context.plan_update()."""
 
     def __init__(self, ctx, args, algorithm="auto"):
@@ -248,22 +258,8 @@ class Plan:
             raise ValueError("the plan is closed")
         return self._handle
 
-    def close(self):
-        if self._handle:
-            _L.ssu_plan_destroy(self._handle)
-            self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _destroy(self):
+        _L.ssu_plan_destroy(self._handle)
 
     def __repr__(self):
         return f"ssu.Plan({self.backend}, {self.algorithm_name})"
