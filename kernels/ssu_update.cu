@@ -214,6 +214,18 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
   // Everything the rows need is requested at once (state through cp.async,
   // the rest through plain loads), so one round trip covers them all.
+  // A dense per-channel A tile (f32 rows, the usual Mamba-1 layout) is one
+  // more contiguous run, committed before the state so that waiting for the
+  // first state half also covers it.
+  const int64_t a_base = h * p.A_stride_h + r0 * p.A_stride_p;
+  const float* const a_f32 = static_cast<const float*>(p.A) + a_base;
+  const bool a_async = ASYNC && (f & SSU_F_A_PER_CHANNEL) && p.A_dtype == SSU_DT_F32 &&
+                       p.A_stride_n == 1 && p.A_stride_p == N && (N & 3) == 0 &&
+                       (reinterpret_cast<uintptr_t>(a_f32) & 15) == 0;
+  if (a_async) {
+    for (int c = tid; c < rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(s_A + 4 * c, a_f32 + 4 * c);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
   if (ASYNC) {
     const int split = min(rows, ((rows + ngrp - 1) / ngrp + 1) / 2 * ngrp) * N / VEC;
     const int chunks = rows * N / VEC;
@@ -227,10 +239,28 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   {
     const IT* Bb = static_cast<const IT*>(p.B) + b * p.B_stride_b + g * p.B_stride_g;
     const IT* Cb = static_cast<const IT*>(p.C) + b * p.C_stride_b + g * p.C_stride_g;
-    for (int i = tid; i < ntok * N; i += SSU_CUDA_THREADS) {
-      const int t = i / N, n = i - t * N;
-      s_B[i] = to_f32(__ldg(Bb + (tok0 + t) * p.B_stride_t + n));
-      s_C[i] = to_f32(__ldg(Cb + (tok0 + t) * p.C_stride_t + n));
+    // Four elements per thread per pass, all loads issued before any use:
+    // several tokens cost one round trip, not one per token.
+    constexpr int U = 4;
+    for (int i0 = tid; i0 < ntok * N; i0 += U * SSU_CUDA_THREADS) {
+      IT bv[U], cv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int i = i0 + u * SSU_CUDA_THREADS;
+        if (i < ntok * N) {
+          const int t = i / N, n = i - t * N;
+          bv[u] = __ldg(Bb + (tok0 + t) * p.B_stride_t + n);
+          cv[u] = __ldg(Cb + (tok0 + t) * p.C_stride_t + n);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int i = i0 + u * SSU_CUDA_THREADS;
+        if (i < ntok * N) {
+          s_B[i] = to_f32(bv[u]);
+          s_C[i] = to_f32(cv[u]);
+        }
+      }
     }
   }
   const bool dt_per_head =
@@ -257,19 +287,10 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       s_D[r] = (f & SSU_F_HAS_D)
                    ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
                    : 0.f;
-    if (f & SSU_F_A_PER_CHANNEL) {
-      const int64_t ab = h * p.A_stride_h + r0 * p.A_stride_p;
-      const float* af = static_cast<const float*>(p.A) + ab;
-      if (ASYNC && p.A_dtype == SSU_DT_F32 && p.A_stride_n == 1 && p.A_stride_p == N &&
-          (N & 3) == 0 && (reinterpret_cast<uintptr_t>(af) & 15) == 0) {
-        // Dense f32 rows (the usual Mamba-1 layout): one more contiguous run.
-        for (int c = tid; c < rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(s_A + 4 * c, af + 4 * c);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-      } else {
-        for (int i = tid; i < rows * N; i += SSU_CUDA_THREADS) {
-          const int r = i / N, n = i - r * N;
-          s_A[i] = load_param(p.A, p.A_dtype, ab + r * p.A_stride_p + n * p.A_stride_n);
-        }
+    if ((f & SSU_F_A_PER_CHANNEL) && !a_async) {
+      for (int i = tid; i < rows * N; i += SSU_CUDA_THREADS) {
+        const int r = i / N, n = i - r * N;
+        s_A[i] = load_param(p.A, p.A_dtype, a_base + r * p.A_stride_p + n * p.A_stride_n);
       }
     }
   }
@@ -337,13 +358,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   // first half are processed while the second is still in flight.
   const int row_iters = (rows + ngrp - 1) / ngrp;
   const int first_iters = (row_iters + 1) / 2;
-  if (ASYNC) {
-    // The A group (if any) was committed last: it must have landed too.
-    if (f & SSU_F_A_PER_CHANNEL)
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
-    else
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  }
+  // The A group (if any) was committed first: the first half covers it.
+  if (ASYNC) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
   __syncthreads();
 
   // Rows: one per lane group at a time. All lanes of a group take the same
