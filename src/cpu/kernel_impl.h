@@ -25,6 +25,30 @@ constexpr int64_t kMaxDstate = 256;
 constexpr int64_t kTileFloats = 4096;  // scratch tile: rows * N <= this
 constexpr int64_t kMaxRows = 256;      // rows per work item
 
+// The polynomials shared by the scalar and the eight-lane functions below
+// (T is float or the v8f vector type).
+// e^r for |r| <= ln(2)/2, Taylor to degree 7.
+template <typename T>
+__attribute__((always_inline)) inline T exp_poly(T r) {
+  T q = T{} + 1.0f / 5040.0f;
+  q = q * r + 1.0f / 720.0f;
+  q = q * r + 1.0f / 120.0f;
+  q = q * r + 1.0f / 24.0f;
+  q = q * r + 1.0f / 6.0f;
+  q = q * r + 0.5f;
+  q = q * r + 1.0f;
+  return q * r + 1.0f;
+}
+// atanh(f)/f as a series in f2 = f*f, for |f| <= 0.172.
+template <typename T>
+__attribute__((always_inline)) inline T atanh_poly(T f2) {
+  T q = T{} + 1.0f / 9.0f;
+  q = q * f2 + 1.0f / 7.0f;
+  q = q * f2 + 1.0f / 5.0f;
+  q = q * f2 + 1.0f / 3.0f;
+  return q * f2 + 1.0f;
+}
+
 // exp(x) on [-87, 88] to about 2 ulp; 0 below, +inf above, NaN stays NaN.
 // Branch-free so that loops over dstate vectorize.
 __attribute__((always_inline)) inline float exp_fast(float x) {
@@ -34,14 +58,7 @@ __attribute__((always_inline)) inline float exp_fast(float x) {
   const float k = (xc * 1.44269504088896341f + kShift) - kShift;
   float r = xc - k * 0.693145751953125f;
   r = r - k * 1.428606765330187045e-06f;
-  float q = 1.0f / 5040.0f;
-  q = q * r + 1.0f / 720.0f;
-  q = q * r + 1.0f / 120.0f;
-  q = q * r + 1.0f / 24.0f;
-  q = q * r + 1.0f / 6.0f;
-  q = q * r + 0.5f;
-  q = q * r + 1.0f;
-  q = q * r + 1.0f;
+  const float q = exp_poly(r);
   const int32_t ki = static_cast<int32_t>(k);
   const float scale = bits_to_float(static_cast<uint32_t>(ki + 127) << 23);
   float e = q * scale;
@@ -62,11 +79,7 @@ __attribute__((always_inline)) inline float log1p_fast(float e) {
   const float c = (e - (y - 1.0f)) / y;
   const float f = (m - 1.0f) / (m + 1.0f);
   const float f2 = f * f;
-  float q = 1.0f / 9.0f;
-  q = q * f2 + 1.0f / 7.0f;
-  q = q * f2 + 1.0f / 5.0f;
-  q = q * f2 + 1.0f / 3.0f;
-  q = q * f2 + 1.0f;
+  const float q = atanh_poly(f2);
   const float r = static_cast<float>(k) * 0.693147180559945309f + 2.0f * f * q + c;
   return y == 1.0f ? e : r;
 }
@@ -94,14 +107,7 @@ __attribute__((always_inline)) inline v8f exp_fast8(v8f x) {
   const v8f k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   v8f r = xc - k * 0.693145751953125f;
   r = r - k * 1.428606765330187045e-06f;
-  v8f q = v8f{} + 1.0f / 5040.0f;
-  q = q * r + 1.0f / 720.0f;
-  q = q * r + 1.0f / 120.0f;
-  q = q * r + 1.0f / 24.0f;
-  q = q * r + 1.0f / 6.0f;
-  q = q * r + 0.5f;
-  q = q * r + 1.0f;
-  q = q * r + 1.0f;
+  const v8f q = exp_poly(r);
   const v8i ki = __builtin_convertvector(k, v8i);
   const v8f scale = (v8f)((ki + 127) << 23);  // same-size vector cast: a bit cast
   v8f e = q * scale;
@@ -118,11 +124,7 @@ __attribute__((always_inline)) inline v8f log1p_fast8(v8f e) {
   const v8f c = (e - (y - 1.0f)) / y;
   const v8f f = (m - 1.0f) / (m + 1.0f);
   const v8f f2 = f * f;
-  v8f q = v8f{} + 1.0f / 9.0f;
-  q = q * f2 + 1.0f / 7.0f;
-  q = q * f2 + 1.0f / 5.0f;
-  q = q * f2 + 1.0f / 3.0f;
-  q = q * f2 + 1.0f;
+  const v8f q = atanh_poly(f2);
   const v8f r = __builtin_convertvector(k, v8f) * 0.693147180559945309f + 2.0f * f * q + c;
   return y == 1.0f ? e : r;
 }
