@@ -47,7 +47,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 #define SSU_VERSION_MAJOR 0
-#define SSU_VERSION_MINOR 1
+#define SSU_VERSION_MINOR 2
 #define SSU_VERSION_PATCH 0
 /** MAJOR*10000 + MINOR*100 + PATCH of this header. */
 #define SSU_VERSION \
@@ -151,21 +151,41 @@ typedef struct ssu_tensor {
 } ssu_tensor_t;
 
 /**
- * A slot-addressed state pool.
- *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16 or
- *    f16; N <= 256 (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any
- *    P >= 1. The inner three axes must be dense (strides P*N, N, 1); the slot
- *    stride is free (>= H*P*N), so a pool can live inside a larger buffer.
- *  - state_scale: reserved for int16 block-scaled states (S, H, P) f32;
- *    leave data NULL. An int16 state is rejected with SSU_ERROR_NOT_SUPPORTED
- *    by this version.
- * Later versions append pools (e.g. for the Mamba-3 step) to this struct.
+ * A slot-addressed state pool and its companion pools. S is the slot count
+ * (shape[0] of `state`); every pool below is indexed by the same slots.
+ *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,
+ *    f16, or i16 with state_scale (block-scaled, see below); N <= 256
+ *    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The
+ *    inner three axes must be dense (strides P*N, N, 1); the slot stride is
+ *    free (>= H*P*N), so a pool can live inside a larger buffer.
+ *  - state_scale: (S, H, P) f32, required with an i16 state and refused
+ *    otherwise; inner two axes dense, slot stride free. One decode scale per
+ *    row: the row's real values are q[n] * scale. A store of an fp32 row v
+ *    writes amax = max|v|, enc = (amax == 0 ? 1 : 32767 / amax),
+ *    scale = 1 / enc, q[n] = round-half-even(clamp(v[n] * enc, +-32767)).
+ *    A row holding NaN or +-Inf cannot be represented: it is stored as
+ *    codes 0 with a NaN (NaN row) or Inf (Inf row) scale, so it loads back
+ *    as all NaN. No error is raised.
+ * Mamba-3 pools (used only by the Mamba-3 operations; leave them NULL for
+ * ssu_plan_create_update, which refuses them):
+ *  - prev_B: (S, R, H, N), the previous token's B, in the input dtype; last
+ *    axis dense, other strides free.
+ *  - prev_x: (S, H, P), the previous token's x, in the input dtype; last
+ *    axis dense, other strides free.
+ *  - angle_state: (S, H, Sa) f32, the rotary angles in [0, 2*pi); last axis
+ *    dense, other strides free (ssu_plan_create_mamba3_rotary).
+ * The Mamba-3 fields were appended in 0.2: a struct_size that ends before
+ * them means they are absent.
  */
 typedef struct ssu_state_pool {
   uint32_t struct_size;
   uint32_t reserved0; /* must be 0 */
   ssu_tensor_t state;
   ssu_tensor_t state_scale;
+  /* 0.2 */
+  ssu_tensor_t prev_B;
+  ssu_tensor_t prev_x;
+  ssu_tensor_t angle_state;
 } ssu_state_pool_t;
 
 /** Identifiers of the library's structs, for ssu_struct_size(). */
@@ -175,6 +195,8 @@ typedef struct ssu_state_pool {
 #define SSU_STRUCT_PLAN_OPTIONS 4
 #define SSU_STRUCT_PLAN_INFO 5
 #define SSU_STRUCT_UPDATE_ARGS 6
+#define SSU_STRUCT_MAMBA3_STEP_ARGS 7
+#define SSU_STRUCT_MAMBA3_ROTARY_ARGS 8
 
 /** sizeof() of a struct as the loaded library knows it (0 for an unknown
  *  id), so that bindings can check their layouts against the library. */
@@ -206,6 +228,8 @@ static inline T ssu_update_args_init_(void) {
 #  define SSU_PLAN_OPTIONS_INIT SSU_STRUCT_INIT_(ssu_plan_options_t)
 #  define SSU_PLAN_INFO_INIT SSU_STRUCT_INIT_(ssu_plan_info_t)
 #  define SSU_UPDATE_ARGS_INIT ssu_update_args_init_<ssu_update_args_t>()
+#  define SSU_MAMBA3_STEP_ARGS_INIT ssu_update_args_init_<ssu_mamba3_step_args_t>()
+#  define SSU_MAMBA3_ROTARY_ARGS_INIT ssu_update_args_init_<ssu_mamba3_rotary_args_t>()
 extern "C" {
 #else
 #  define SSU_STATE_POOL_INIT {.struct_size = (uint32_t)sizeof(ssu_state_pool_t)}
@@ -215,6 +239,10 @@ extern "C" {
 #  define SSU_PLAN_INFO_INIT {.struct_size = (uint32_t)sizeof(ssu_plan_info_t)}
 #  define SSU_UPDATE_ARGS_INIT \
     {.struct_size = (uint32_t)sizeof(ssu_update_args_t), .pad_slot_id = -1}
+#  define SSU_MAMBA3_STEP_ARGS_INIT \
+    {.struct_size = (uint32_t)sizeof(ssu_mamba3_step_args_t), .pad_slot_id = -1}
+#  define SSU_MAMBA3_ROTARY_ARGS_INIT \
+    {.struct_size = (uint32_t)sizeof(ssu_mamba3_rotary_args_t), .pad_slot_id = -1}
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -324,6 +352,30 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    unless SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D dst_index.
  *    Intermediate stores happen even with that flag.
  *
+ * State dtypes and rounding of state stores:
+ *  - f32: stored as is.
+ *  - i16 (pool.state_scale given): every store of a row (final, dst and
+ *    intermediate) quantizes it as described at ssu_state_pool_t and writes
+ *    its scale to the matching scale row: pool.state_scale for the pool,
+ *    intermediate_scales (I, T, H, P) f32 for intermediate_states. Outputs
+ *    use the unquantized fp32 values. Padded sequences write no scale.
+ *  - f16 / bf16: round to nearest even, or, when rounding_seed is given,
+ *    stochastically: each stored element adds random bits below its last
+ *    kept bit and truncates. The random word of the element at offset
+ *    L = src_slot * slot_stride + h*P*N + p*N + n (elements, with src_slot
+ *    the sequence's initial slot, for every store of the call) is word
+ *    (L mod 4) of Philox-4x32 with key = the 64-bit seed and counter =
+ *    (L - L mod 4, 0), run for rounding_rounds rounds (0 means 10); f16
+ *    adds its low 13 bits, bf16 its low 16 bits, to the fp32 magnitude.
+ *    Results below 2^-14 in f16 flush to a signed zero, overflow gives Inf,
+ *    NaN stays NaN. The CPU and CUDA backends store identical bits: both
+ *    form the fp32 state with the same operation sequence (no contraction,
+ *    the library's own exp and log1p). Outputs are never stochastically
+ *    rounded.
+ *    rounding_seed is read by the kernel when it runs (a device pointer for
+ *    CUDA, a host pointer for the CPU), so a CUDA graph replays with the
+ *    seed's current value; advance it with ssu_advance_seed.
+ *
  * Writes: out for every token of every sequence; the state pool only as
  * stated above; nothing else. With SSU_UPDATE_DISABLE_STATE_UPDATE the pool
  * is bit-identical afterwards. Two sequences of one call writing the same
@@ -353,6 +405,15 @@ typedef struct ssu_update_args {
   uint32_t* error_word;    /* optional device word, CUDA backend only:
                               bits SSU_ERROR_BIT_* are OR-ed in, never
                               cleared; ignored by the CPU backend */
+  /* 0.2 */
+  ssu_tensor_t intermediate_scales; /* (I, T, H, P) f32: required with an
+                              i16 state and intermediate_states, else
+                              refused; inner two axes dense */
+  const uint64_t* rounding_seed; /* optional: stochastic rounding of f16 /
+                              bf16 state stores with this seed (refused for
+                              f32 and i16 states) */
+  uint32_t rounding_rounds; /* Philox rounds, 1..32; 0 means 10 */
+  uint32_t reserved1;       /* must be 0 */
 } ssu_update_args_t;
 
 /* Bits the CUDA backend ORs into *error_word. */
@@ -418,6 +479,147 @@ SSU_API ssu_status_t ssu_plan_get_info(ssu_plan_t plan, ssu_plan_info_t* info);
 SSU_API ssu_status_t ssu_plan_execute_update(ssu_plan_t plan,
                                              const ssu_update_args_t* args,
                                              ssu_stream_t stream);
+
+/**
+ * Adds `increment` to the uint64 at `seed` (wrapping), in stream order.
+ * CUDA: `seed` is device memory and this is one tiny kernel launch on
+ * `stream`, so it may be captured into a CUDA graph after the updates that
+ * read the seed: every replay then draws fresh random bits. CPU: `seed` is
+ * host memory, updated before the call returns.
+ */
+SSU_API ssu_status_t ssu_advance_seed(ssu_context_t context, uint64_t* seed,
+                                      uint64_t increment, ssu_stream_t stream);
+
+/* ------------------------------------------------------------------------ */
+/* Mamba-3 decode step (SISO R = 1, MIMO R > 1)                              */
+/* ------------------------------------------------------------------------ */
+
+/* Flags of ssu_mamba3_step_args_t.flags. */
+#define SSU_MAMBA3_UPDATE_PREV 0x1u /* store this step's B and x into the
+                                       prev_B / prev_x pools (after all reads) */
+
+/**
+ * Arguments of one Mamba-3 decode step, served straight from the pools
+ * (see ssu_state_pool_t): state (S, H, P, N) f32/bf16/f16, prev_B
+ * (S, R, H, N) and prev_x (S, H, P) in the input dtype. R is the MIMO rank,
+ * one of 1, 2, 4, 8; N one of 16, 32, 64, 128, 256; P any multiple of 16.
+ *
+ * Per call (Bt sequences, one token each):
+ *  - A, dt, trap: (Bt, H), each f32/bf16/f16, any strides. dt is already
+ *    softplus-ed; trap is already sigma(trap_logit).
+ *  - B, C: (Bt, R, H, N), input dtype (f32/bf16/f16), last axis dense.
+ *  - x: (Bt, H, P), input dtype, last axis dense.
+ *  - D (optional, absent means 0): (H,); xproj: (R, H, P) required;
+ *    zproj: (R, H, P), given exactly when z is; outproj (optional):
+ *    (R, H, P). Each f32/bf16/f16, any strides.
+ *  - z (optional): (Bt, H, P), input dtype; needs outproj.
+ *  - out: (Bt, H, P) with outproj, (Bt, R, H, P) without; input dtype,
+ *    last axis dense.
+ *  - src_index (optional, slot = b when absent), dst_index (optional):
+ *    (Bt,) int32/int64, same dtype. Padding as for ssu_update_args_t: the
+ *    sequence's outputs are exactly zero and no pool is read or written.
+ *
+ * Per sequence b, head h, row p, column n (all fp32):
+ *   alpha = exp(A*dt); gamma = trap*dt; beta = (1 - trap)*dt*alpha
+ *   H'[p,n] = alpha*H[p,n] + sum_r xproj[r,p]*(gamma*x[p]*B[r,n]
+ *                                            + beta*xprev[p]*Bprev[r,n])
+ *   y_r[p]  = sum_n H'[p,n]*C[r,n] + D*x[p]*xproj[r,p]
+ *   with outproj: y_r *= silu(z[p]*zproj[r,p]) if z;
+ *                 out[b,h,p] = sum_r y_r[p]*outproj[r,p]
+ *   without:      out[b,r,h,p] = y_r[p]
+ * H' is stored (rounded to nearest in the state dtype) to the dst slot
+ * (default: the src slot); with SSU_MAMBA3_UPDATE_PREV, B and x are stored
+ * to prev_B[dst] and prev_x[dst]. Nothing else is written. A src slot
+ * >= S is rejected by the CPU backend before anything is written; the
+ * CUDA backend treats it as padding and sets SSU_ERROR_BIT_INDEX.
+ */
+typedef struct ssu_mamba3_step_args {
+  uint32_t struct_size;
+  uint32_t flags;              /* SSU_MAMBA3_* */
+  int64_t pad_slot_id;         /* additional padding value; default -1 */
+  const ssu_state_pool_t* pool; /* state, prev_B, prev_x required */
+  ssu_tensor_t A;
+  ssu_tensor_t dt;
+  ssu_tensor_t trap;
+  ssu_tensor_t B;
+  ssu_tensor_t C;
+  ssu_tensor_t x;
+  ssu_tensor_t D;       /* optional */
+  ssu_tensor_t xproj;
+  ssu_tensor_t z;       /* optional, needs zproj and outproj */
+  ssu_tensor_t zproj;   /* exactly when z */
+  ssu_tensor_t outproj; /* optional */
+  ssu_tensor_t out;
+  ssu_tensor_t src_index; /* optional */
+  ssu_tensor_t dst_index; /* optional */
+  uint32_t* error_word;   /* optional device word, CUDA backend only */
+} ssu_mamba3_step_args_t;
+
+/** Validates `args` and plans Mamba-3 steps of this kind (everything but
+ *  pointers, strides, Bt and S is fixed, as for ssu_plan_create_update). */
+SSU_API ssu_status_t ssu_plan_create_mamba3_step(ssu_context_t context,
+                                                 const ssu_mamba3_step_args_t* args,
+                                                 const ssu_plan_options_t* options,
+                                                 ssu_plan_t* out_plan);
+/** Runs a planned Mamba-3 step on `stream` (same contract as
+ *  ssu_plan_execute_update). A plan of another operation gives
+ *  SSU_ERROR_PLAN_MISMATCH. */
+SSU_API ssu_status_t ssu_plan_execute_mamba3_step(ssu_plan_t plan,
+                                                  const ssu_mamba3_step_args_t* args,
+                                                  ssu_stream_t stream);
+
+/* Flags of ssu_mamba3_rotary_args_t.flags. */
+#define SSU_MAMBA3_ROTARY_HALVED 0x1u /* pairs (i, i + N/2) (MIMO convention);
+                                         default: pairs (2i, 2i + 1) */
+
+/**
+ * The Mamba-3 rotary step, which prepares B (k) and C (q) for
+ * ssu_plan_execute_mamba3_step and advances the angle pool:
+ *  - pool->angle_state: (S, H, Sa) f32, 1 <= Sa <= N/2.
+ *  - angle_rate: (Bt, H, Sa) raw rates; dt: (Bt, H) (softplus-ed); each
+ *    f32/bf16/f16.
+ *  - q, k: (Bt, R, H, N), one float dtype, last axis dense; q_bias, k_bias
+ *    (optional): (R, H, N), any float dtype and strides.
+ *  - q_out, k_out: like q (the same dtype); each may be exactly its input
+ *    (same pointer and strides) for an in-place update.
+ *  - src_index / dst_index as for the step.
+ * Per sequence b, head h (fp32):
+ *   theta[i] = angle_state[src, h, i] + tanh(angle_rate[b, h, i]) * pi * dt[b, h]
+ *   reduced to [0, 2*pi) and stored to angle_state[dst, h, i];
+ *   v = q + q_bias (and k + k_bias), then for i < Sa the pair (v[a], v[c])
+ *   with (a, c) = (2i, 2i+1), or (i, i + N/2) with ..._HALVED, becomes
+ *   (v[a] cos(theta) - v[c] sin(theta), v[a] sin(theta) + v[c] cos(theta));
+ *   elements outside the rotated pairs keep v. The rounded results go to
+ *   q_out and k_out for every r.
+ * A padded sequence leaves the angle pool untouched and gets zero outputs.
+ */
+typedef struct ssu_mamba3_rotary_args {
+  uint32_t struct_size;
+  uint32_t flags;              /* SSU_MAMBA3_ROTARY_* */
+  int64_t pad_slot_id;         /* default -1 */
+  const ssu_state_pool_t* pool; /* angle_state required */
+  ssu_tensor_t angle_rate;
+  ssu_tensor_t dt;
+  ssu_tensor_t q;
+  ssu_tensor_t k;
+  ssu_tensor_t q_bias;  /* optional */
+  ssu_tensor_t k_bias;  /* optional */
+  ssu_tensor_t q_out;
+  ssu_tensor_t k_out;
+  ssu_tensor_t src_index; /* optional */
+  ssu_tensor_t dst_index; /* optional */
+  uint32_t* error_word;   /* optional device word, CUDA backend only */
+} ssu_mamba3_rotary_args_t;
+
+/** Validates `args` and plans rotary steps of this kind. */
+SSU_API ssu_status_t ssu_plan_create_mamba3_rotary(ssu_context_t context,
+                                                   const ssu_mamba3_rotary_args_t* args,
+                                                   const ssu_plan_options_t* options,
+                                                   ssu_plan_t* out_plan);
+/** Runs a planned rotary step on `stream`. */
+SSU_API ssu_status_t ssu_plan_execute_mamba3_rotary(ssu_plan_t plan,
+                                                    const ssu_mamba3_rotary_args_t* args,
+                                                    ssu_stream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

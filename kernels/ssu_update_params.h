@@ -36,6 +36,9 @@
 #define SSU_F_D_PER_CHANNEL 0x4000u
 #define SSU_F_DT_BIAS_PER_CHANNEL 0x8000u
 #define SSU_F_MULTI_TOKEN 0x10000u /* x had a token axis (or varlen)      */
+#define SSU_F_STOCHASTIC 0x20000u  /* f16/bf16 state stores round stochastically */
+/* An i16 state (state_dtype == SSU_DTYPE_I16) always has state_scale, and
+ * inter_scale when it has an intermediate buffer. */
 
 typedef struct ssu_update_params {
   /* sizes */
@@ -108,6 +111,19 @@ typedef struct ssu_update_params {
   int64_t inter_index_stride;
 
   uint32_t* error_word;
+
+  /* int16 block-scaled states: decode scales (S, H, P) and (I, T, H, P), f32,
+   * h stride P, p stride 1 */
+  float* state_scale;
+  int64_t state_scale_stride_slot;
+  float* inter_scale;
+  int64_t inter_scale_stride_i, inter_scale_stride_t;
+
+  /* stochastic rounding (SSU_F_STOCHASTIC): the seed is read where the
+   * update runs; Philox rounds */
+  const uint64_t* sr_seed;
+  uint32_t sr_rounds;
+  uint32_t reserved1;
 } ssu_update_params;
 
 #endif /* SSU_UPDATE_PARAMS_H_ */

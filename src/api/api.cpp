@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/validate_mamba3.h"
 #include "core/validate_update.h"
 #include "ssu.h"
 
@@ -20,9 +21,14 @@ struct ssu_context_s {
 };
 
 struct ssu_plan_s {
+  enum Op { kUpdate, kMamba3Step, kMamba3Rotary };
   uint64_t magic;
   ssu::Backend* backend;
-  ssu_update_params proto;  // the validated problem seen at plan time
+  Op op;
+  // The validated problem seen at plan time (the member of `op`).
+  ssu_update_params proto;
+  ssu_mamba3_params m3_proto;
+  ssu_rotary_params rot_proto;
   ssu_algorithm_t algorithm;
 };
 
@@ -82,6 +88,38 @@ T read_versioned(const T* in, const char* name, const char* init_macro) {
               name, in->struct_size, sizeof(T), init_macro);
   std::memcpy(&v, in, sizeof v);
   return v;
+}
+
+ssu_plan_options_t plan_options(const ssu_plan_options_t* options) {
+  ssu_plan_options_t o;
+  std::memset(&o, 0, sizeof o);
+  if (options) o = read_versioned(options, "options", "SSU_PLAN_OPTIONS_INIT");
+  return o;
+}
+
+std::unique_ptr<ssu_plan_s> new_plan(ssu_context_s* c, ssu_plan_s::Op op) {
+  auto plan = std::make_unique<ssu_plan_s>();
+  std::memset(&plan->proto, 0, sizeof plan->proto);
+  std::memset(&plan->m3_proto, 0, sizeof plan->m3_proto);
+  std::memset(&plan->rot_proto, 0, sizeof plan->rot_proto);
+  plan->magic = kPlanMagic;
+  plan->backend = c->backend.get();
+  plan->op = op;
+  return plan;
+}
+
+const char* op_name(ssu_plan_s::Op op) {
+  switch (op) {
+    case ssu_plan_s::kUpdate: return "a selective state update";
+    case ssu_plan_s::kMamba3Step: return "a Mamba-3 step";
+    case ssu_plan_s::kMamba3Rotary: return "a Mamba-3 rotary step";
+  }
+  return "?";
+}
+
+void require_op(const ssu_plan_s* p, ssu_plan_s::Op op, const char* fn) {
+  if (p->op != op)
+    ssu::fail(SSU_ERROR_PLAN_MISMATCH, "%s was given a plan for %s", fn, op_name(p->op));
 }
 
 }  // namespace
@@ -173,6 +211,8 @@ size_t ssu_struct_size(int32_t id) {
     case SSU_STRUCT_PLAN_OPTIONS: return sizeof(ssu_plan_options_t);
     case SSU_STRUCT_PLAN_INFO: return sizeof(ssu_plan_info_t);
     case SSU_STRUCT_UPDATE_ARGS: return sizeof(ssu_update_args_t);
+    case SSU_STRUCT_MAMBA3_STEP_ARGS: return sizeof(ssu_mamba3_step_args_t);
+    case SSU_STRUCT_MAMBA3_ROTARY_ARGS: return sizeof(ssu_mamba3_rotary_args_t);
     default: return 0;
   }
 }
@@ -249,11 +289,36 @@ ssu_status_t ssu_plan_create_update(ssu_context_t context, const ssu_update_args
     ssu_plan_options_t o;
     std::memset(&o, 0, sizeof o);
     if (options) o = read_versioned(options, "options", "SSU_PLAN_OPTIONS_INIT");
-    auto plan = std::make_unique<ssu_plan_s>();
-    plan->magic = kPlanMagic;
-    plan->backend = c->backend.get();
+    auto plan = new_plan(c, ssu_plan_s::kUpdate);
     plan->proto = ssu::normalize_update(args);
     plan->algorithm = c->backend->plan_update(plan->proto, o.algorithm);
+    *out = plan.release();
+  });
+}
+
+ssu_status_t ssu_plan_create_mamba3_step(ssu_context_t context, const ssu_mamba3_step_args_t* args,
+                                         const ssu_plan_options_t* options, ssu_plan_t* out) {
+  return guarded([&] {
+    ssu_context_s* c = context_from(context, "context");
+    if (!out) ssu::fail(SSU_ERROR_NULL_POINTER, "out_plan is NULL");
+    const ssu_plan_options_t o = plan_options(options);
+    auto plan = new_plan(c, ssu_plan_s::kMamba3Step);
+    plan->m3_proto = ssu::normalize_mamba3_step(args);
+    plan->algorithm = c->backend->plan_mamba3_step(plan->m3_proto, o.algorithm);
+    *out = plan.release();
+  });
+}
+
+ssu_status_t ssu_plan_create_mamba3_rotary(ssu_context_t context,
+                                           const ssu_mamba3_rotary_args_t* args,
+                                           const ssu_plan_options_t* options, ssu_plan_t* out) {
+  return guarded([&] {
+    ssu_context_s* c = context_from(context, "context");
+    if (!out) ssu::fail(SSU_ERROR_NULL_POINTER, "out_plan is NULL");
+    const ssu_plan_options_t o = plan_options(options);
+    auto plan = new_plan(c, ssu_plan_s::kMamba3Rotary);
+    plan->rot_proto = ssu::normalize_mamba3_rotary(args);
+    plan->algorithm = c->backend->plan_mamba3_rotary(plan->rot_proto, o.algorithm);
     *out = plan.release();
   });
 }
@@ -285,10 +350,44 @@ ssu_status_t ssu_plan_execute_update(ssu_plan_t plan, const ssu_update_args_t* a
                                      ssu_stream_t stream) {
   return guarded([&] {
     ssu_plan_s* p = plan_from(plan);
+    require_op(p, ssu_plan_s::kUpdate, "ssu_plan_execute_update");
     const ssu_update_params params = ssu::normalize_update(args);
     ssu::check_fits_plan(p->proto, params);
     if (params.batch == 0) return;
     p->backend->execute_update(params, p->algorithm, stream);
+  });
+}
+
+ssu_status_t ssu_plan_execute_mamba3_step(ssu_plan_t plan, const ssu_mamba3_step_args_t* args,
+                                          ssu_stream_t stream) {
+  return guarded([&] {
+    ssu_plan_s* p = plan_from(plan);
+    require_op(p, ssu_plan_s::kMamba3Step, "ssu_plan_execute_mamba3_step");
+    const ssu_mamba3_params params = ssu::normalize_mamba3_step(args);
+    ssu::check_fits_plan(p->m3_proto, params);
+    if (params.batch == 0) return;
+    p->backend->execute_mamba3_step(params, p->algorithm, stream);
+  });
+}
+
+ssu_status_t ssu_plan_execute_mamba3_rotary(ssu_plan_t plan, const ssu_mamba3_rotary_args_t* args,
+                                            ssu_stream_t stream) {
+  return guarded([&] {
+    ssu_plan_s* p = plan_from(plan);
+    require_op(p, ssu_plan_s::kMamba3Rotary, "ssu_plan_execute_mamba3_rotary");
+    const ssu_rotary_params params = ssu::normalize_mamba3_rotary(args);
+    ssu::check_fits_plan(p->rot_proto, params);
+    if (params.batch == 0) return;
+    p->backend->execute_mamba3_rotary(params, p->algorithm, stream);
+  });
+}
+
+ssu_status_t ssu_advance_seed(ssu_context_t context, uint64_t* seed, uint64_t increment,
+                              ssu_stream_t stream) {
+  return guarded([&] {
+    ssu_context_s* c = context_from(context, "context");
+    if (!seed) ssu::fail(SSU_ERROR_NULL_POINTER, "seed is NULL");
+    c->backend->advance_seed(seed, increment, stream);
   });
 }
 

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/error.h"
 #include "ssu.h"
+#include "ssu_mamba3_params.h"
 #include "ssu_update_params.h"
 
 namespace ssu {
@@ -28,6 +30,29 @@ class Backend {
   virtual void execute_update(const ssu_update_params& params,
                               ssu_algorithm_t algorithm,
                               ssu_stream_t stream) = 0;
+
+  // The same pair for the Mamba-3 step and rotary step. A backend that
+  // lacks them refuses at plan time.
+  virtual ssu_algorithm_t plan_mamba3_step(const ssu_mamba3_params& /*proto*/,
+                                           ssu_algorithm_t /*requested*/) {
+    fail(SSU_ERROR_NOT_SUPPORTED, "this backend has no Mamba-3 step");
+  }
+  virtual void execute_mamba3_step(const ssu_mamba3_params& /*params*/,
+                                   ssu_algorithm_t /*algorithm*/, ssu_stream_t /*stream*/) {
+    fail(SSU_ERROR_INTERNAL, "a Mamba-3 step ran on a backend that cannot plan it");
+  }
+  virtual ssu_algorithm_t plan_mamba3_rotary(const ssu_rotary_params& /*proto*/,
+                                             ssu_algorithm_t /*requested*/) {
+    fail(SSU_ERROR_NOT_SUPPORTED, "this backend has no Mamba-3 rotary step");
+  }
+  virtual void execute_mamba3_rotary(const ssu_rotary_params& /*params*/,
+                                     ssu_algorithm_t /*algorithm*/, ssu_stream_t /*stream*/) {
+    fail(SSU_ERROR_INTERNAL, "a Mamba-3 rotary step ran on a backend that cannot plan it");
+  }
+
+  // *seed += increment in stream order (device memory for CUDA, host memory
+  // for the CPU, where it happens before returning).
+  virtual void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t stream) = 0;
 };
 
 // Factories. Each throws Error when the backend cannot run here.

@@ -1,6 +1,8 @@
 #include "core/validate_update.h"
 
+#include <algorithm>
 #include <cinttypes>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -10,9 +12,11 @@
 namespace ssu {
 namespace {
 
-// The first released layouts: a caller's struct_size may not be smaller.
-constexpr uint32_t kMinArgsSize = sizeof(ssu_update_args_t);
-constexpr uint32_t kMinPoolSize = sizeof(ssu_state_pool_t);
+// The first released layouts (0.1): a caller's struct_size may not be
+// smaller. Fields appended later read as zero when the caller's struct ends
+// before them.
+constexpr uint32_t kMinArgsSize = offsetof(ssu_update_args_t, intermediate_scales);
+constexpr uint32_t kMinPoolSize = offsetof(ssu_state_pool_t, prev_B);
 constexpr uint32_t kKnownFlags = SSU_UPDATE_DT_SOFTPLUS | SSU_UPDATE_DISABLE_STATE_UPDATE;
 
 bool present(const ssu_tensor_t& t) { return t.data != nullptr; }
@@ -182,6 +186,19 @@ bool check_head_param(const ssu_tensor_t& t, const char* name, int64_t H, int64_
 
 }  // namespace
 
+ssu_state_pool_t read_state_pool(const ssu_state_pool_t* in) {
+  if (in->struct_size < kMinPoolSize)
+    fail(SSU_ERROR_STRUCT_SIZE, "pool->struct_size=%u is smaller than ssu_state_pool_t (%u); "
+         "initialize it with SSU_STATE_POOL_INIT",
+         in->struct_size, kMinPoolSize);
+  ssu_state_pool_t pool;
+  std::memset(&pool, 0, sizeof pool);
+  std::memcpy(&pool, in, std::min<size_t>(in->struct_size, sizeof pool));
+  if (pool.reserved0 != 0)
+    fail(SSU_ERROR_INVALID_ARGUMENT, "pool->reserved0=%u but it must be 0", pool.reserved0);
+  return pool;
+}
+
 ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
   if (!args_in) fail(SSU_ERROR_NULL_POINTER, "args is NULL");
   if (args_in->struct_size < kMinArgsSize)
@@ -190,20 +207,17 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
          args_in->struct_size, kMinArgsSize);
   // Read what this library knows; later versions' appended fields are ignored.
   ssu_update_args_t a;
-  std::memcpy(&a, args_in, sizeof a);
+  std::memset(&a, 0, sizeof a);
+  std::memcpy(&a, args_in, std::min<size_t>(args_in->struct_size, sizeof a));
 
   if (a.flags & ~kKnownFlags)
     fail(SSU_ERROR_UNKNOWN_FLAG, "args->flags=0x%x has unknown bits 0x%x", a.flags,
          a.flags & ~kKnownFlags);
   if (!a.pool) fail(SSU_ERROR_NULL_POINTER, "args->pool is NULL but the state pool is required");
-  if (a.pool->struct_size < kMinPoolSize)
-    fail(SSU_ERROR_STRUCT_SIZE, "pool->struct_size=%u is smaller than ssu_state_pool_t (%u); "
-         "initialize it with SSU_STATE_POOL_INIT",
-         a.pool->struct_size, kMinPoolSize);
-  ssu_state_pool_t pool;
-  std::memcpy(&pool, a.pool, sizeof pool);
-  if (pool.reserved0 != 0)
-    fail(SSU_ERROR_INVALID_ARGUMENT, "pool->reserved0=%u but it must be 0", pool.reserved0);
+  const ssu_state_pool_t pool = read_state_pool(a.pool);
+  if (pool.prev_B.data || pool.prev_x.data || pool.angle_state.data)
+    fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "pool.%s is given but the selective state update uses "
+         "no Mamba-3 pools", pool.prev_B.data ? "prev_B" : pool.prev_x.data ? "prev_x" : "angle_state");
 
   ssu_update_params p;
   std::memset(&p, 0, sizeof p);

@@ -6,6 +6,11 @@
 
 namespace ssu {
 
+// Reads a caller's pool descriptor (min(struct_size, known size); fields
+// past the caller's struct_size are zero) and checks struct_size and
+// reserved0. Throws Error.
+ssu_state_pool_t read_state_pool(const ssu_state_pool_t* pool);
+
 // Validates every argument of an update call (shapes, dtypes, strides,
 // flags, option combinations; no tensor data is read) and returns the
 // normalized problem. Throws Error naming the offending argument.

@@ -118,6 +118,10 @@ class CpuBackend final : public Backend {
     return SSU_ALGORITHM_CPU_ROWS;
   }
 
+  void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t) override {
+    *seed += increment;
+  }
+
   void execute_update(const ssu_update_params& p, ssu_algorithm_t, ssu_stream_t) override {
     check_data(p);
     // Row blocks small enough for an L1-resident fp32 tile.

@@ -179,10 +179,18 @@ class CudaBackend final : public Backend {
             regs_blocks_[s][i][v] = std::max(1, std::min(16, 65536 / std::max(1, per_block)));
             fn_[s][i][v] = fn;
           }
+      advance_seed_fn_ = load_function("ssu_advance_seed");
     } catch (...) {
       release();
       throw;
     }
+  }
+
+  void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t stream) override {
+    unsigned long long* ptr = reinterpret_cast<unsigned long long*>(seed);
+    unsigned long long inc = increment;
+    void* args[] = {&ptr, &inc};
+    launch(advance_seed_fn_, 1, 1, 0, stream, args);
   }
 
   ~CudaBackend() override { release(); }
@@ -306,12 +314,20 @@ class CudaBackend final : public Backend {
            static_cast<long long>(bh));
 
     void* args[] = {&L};
+    launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, static_cast<unsigned>(smem),
+           stream, args);
+  }
+
+ private:
+  // Launches `fn` on `stream` with the library's context current (pushed
+  // only when the caller's current context differs).
+  void launch(CUfunction fn, unsigned blocks, unsigned threads, unsigned smem,
+              ssu_stream_t stream, void** args) const {
     const CUstream s = reinterpret_cast<CUstream>(stream);
     CUcontext cur = nullptr;
     const bool push = d_.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx_;
     if (push) check(d_, d_.CtxPushCurrent(ctx_), "cuCtxPushCurrent");
-    const CUresult r = d_.LaunchKernel(fn, static_cast<unsigned>(blocks), 1, 1, SSU_CUDA_THREADS,
-                                       1, 1, static_cast<unsigned>(smem), s, args, nullptr);
+    const CUresult r = d_.LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, smem, s, args, nullptr);
     if (push) {
       CUcontext popped = nullptr;
       d_.CtxPopCurrent(&popped);
@@ -319,7 +335,20 @@ class CudaBackend final : public Backend {
     check(d_, r, "cuLaunchKernel");
   }
 
- private:
+  // Resolves and loads one kernel of the library (now, not lazily at a
+  // first launch that might be under stream capture).
+  CUfunction load_function(const char* kname) {
+    CUkernel k = nullptr;
+    const CUresult rk = d_.LibraryGetKernel(&k, lib_, kname);
+    if (rk != CUDA_SUCCESS)
+      fail(SSU_ERROR_INTERNAL, "%s",
+           ssu_cuda::describe(d_, (std::string("cuLibraryGetKernel(") + kname + ")").c_str(), rk)
+               .c_str());
+    CUfunction fn = nullptr;
+    check(d_, d_.KernelGetFunction(&fn, k), "cuKernelGetFunction");
+    if (d_.FuncLoad) check(d_, d_.FuncLoad(fn), "cuFuncLoad");
+    return fn;
+  }
   // Makes a context current for a scope, restoring the caller's afterwards.
   struct ContextGuard {
     ContextGuard(const Driver& d, CUcontext c) : d(d) {
@@ -354,6 +383,7 @@ class CudaBackend final : public Backend {
   int regs_blocks_[3][3][kNumVariants] = {};
   std::string name_;
   CUfunction fn_[3][3][kNumVariants] = {};
+  CUfunction advance_seed_fn_ = nullptr;
 };
 
 }  // namespace

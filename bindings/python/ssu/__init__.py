@@ -23,7 +23,7 @@ from ._tensor import dtype_code, tensor
 
 __all__ = ["Context", "Plan", "BoundUpdate", "SsuError", "tensor", "dtype_code",
            "version", "version_string", "library_path", "status_string"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 library_path = _lib.lib_path
 

@@ -3,9 +3,9 @@
 // Generated from include/ssu.h by tools/regen-rust-bindings.sh; do not edit.
 
 pub const SSU_VERSION_MAJOR: i32 = 0;
-pub const SSU_VERSION_MINOR: i32 = 1;
+pub const SSU_VERSION_MINOR: i32 = 2;
 pub const SSU_VERSION_PATCH: i32 = 0;
-pub const SSU_VERSION: i32 = 100;
+pub const SSU_VERSION: i32 = 200;
 pub const SSU_SUCCESS: i32 = 0;
 pub const SSU_ERROR_INVALID_ARGUMENT: i32 = 100;
 pub const SSU_ERROR_NULL_POINTER: i32 = 101;
@@ -47,6 +47,8 @@ pub const SSU_STRUCT_CONTEXT_OPTIONS: i32 = 3;
 pub const SSU_STRUCT_PLAN_OPTIONS: i32 = 4;
 pub const SSU_STRUCT_PLAN_INFO: i32 = 5;
 pub const SSU_STRUCT_UPDATE_ARGS: i32 = 6;
+pub const SSU_STRUCT_MAMBA3_STEP_ARGS: i32 = 7;
+pub const SSU_STRUCT_MAMBA3_ROTARY_ARGS: i32 = 8;
 pub const SSU_BACKEND_AUTO: i32 = 0;
 pub const SSU_BACKEND_CPU: i32 = 1;
 pub const SSU_BACKEND_CUDA: i32 = 2;
@@ -58,9 +60,12 @@ pub const SSU_ALGORITHM_AUTO: i32 = 0;
 pub const SSU_ALGORITHM_CPU_ROWS: i32 = 1;
 pub const SSU_ALGORITHM_CUDA_SIMPLE: i32 = 2;
 pub const SSU_ALGORITHM_CUDA_TMA: i32 = 3;
+pub const SSU_MAMBA3_UPDATE_PREV: i32 = 1;
+pub const SSU_MAMBA3_ROTARY_HALVED: i32 = 1;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
+pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
     #[doc = " The version of the loaded library, encoded like SSU_VERSION."]
     pub fn ssu_version() -> u32;
@@ -212,15 +217,31 @@ fn bindgen_test_layout_ssu_tensor() {
 #[doc = " memory for the CPU backend and device memory for the CUDA backend; NULL"]
 #[doc = " marks an optional tensor as absent. Entries past ndim are ignored."]
 pub type ssu_tensor_t = ssu_tensor;
-#[doc = " A slot-addressed state pool."]
-#[doc = "  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16 or"]
-#[doc = "    f16; N <= 256 (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any"]
-#[doc = "    P >= 1. The inner three axes must be dense (strides P*N, N, 1); the slot"]
-#[doc = "    stride is free (>= H*P*N), so a pool can live inside a larger buffer."]
-#[doc = "  - state_scale: reserved for int16 block-scaled states (S, H, P) f32;"]
-#[doc = "    leave data NULL. An int16 state is rejected with SSU_ERROR_NOT_SUPPORTED"]
-#[doc = "    by this version."]
-#[doc = " Later versions append pools (e.g. for the Mamba-3 step) to this struct."]
+#[doc = " A slot-addressed state pool and its companion pools. S is the slot count"]
+#[doc = " (shape[0] of `state`); every pool below is indexed by the same slots."]
+#[doc = "  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,"]
+#[doc = "    f16, or i16 with state_scale (block-scaled, see below); N <= 256"]
+#[doc = "    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The"]
+#[doc = "    inner three axes must be dense (strides P*N, N, 1); the slot stride is"]
+#[doc = "    free (>= H*P*N), so a pool can live inside a larger buffer."]
+#[doc = "  - state_scale: (S, H, P) f32, required with an i16 state and refused"]
+#[doc = "    otherwise; inner two axes dense, slot stride free. One decode scale per"]
+#[doc = "    row: the row's real values are q[n] * scale. A store of an fp32 row v"]
+#[doc = "    writes amax = max|v|, enc = (amax == 0 ? 1 : 32767 / amax),"]
+#[doc = "    scale = 1 / enc, q[n] = round-half-even(clamp(v[n] * enc, +-32767))."]
+#[doc = "    A row holding NaN or +-Inf cannot be represented: it is stored as"]
+#[doc = "    codes 0 with a NaN (NaN row) or Inf (Inf row) scale, so it loads back"]
+#[doc = "    as all NaN. No error is raised."]
+#[doc = " Mamba-3 pools (used only by the Mamba-3 operations; leave them NULL for"]
+#[doc = " ssu_plan_create_update, which refuses them):"]
+#[doc = "  - prev_B: (S, R, H, N), the previous token's B, in the input dtype; last"]
+#[doc = "    axis dense, other strides free."]
+#[doc = "  - prev_x: (S, H, P), the previous token's x, in the input dtype; last"]
+#[doc = "    axis dense, other strides free."]
+#[doc = "  - angle_state: (S, H, Sa) f32, the rotary angles in [0, 2*pi); last axis"]
+#[doc = "    dense, other strides free (ssu_plan_create_mamba3_rotary)."]
+#[doc = " The Mamba-3 fields were appended in 0.2: a struct_size that ends before"]
+#[doc = " them means they are absent."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ssu_state_pool {
@@ -228,12 +249,15 @@ pub struct ssu_state_pool {
     pub reserved0: u32,
     pub state: ssu_tensor_t,
     pub state_scale: ssu_tensor_t,
+    pub prev_B: ssu_tensor_t,
+    pub prev_x: ssu_tensor_t,
+    pub angle_state: ssu_tensor_t,
 }
 #[test]
 fn bindgen_test_layout_ssu_state_pool() {
     assert_eq!(
         ::std::mem::size_of::<ssu_state_pool>(),
-        232usize,
+        568usize,
         concat!("Size of: ", stringify!(ssu_state_pool))
     );
     assert_eq!(
@@ -309,16 +333,83 @@ fn bindgen_test_layout_ssu_state_pool() {
         );
     }
     test_field_state_scale();
+    fn test_field_prev_B() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_state_pool>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prev_B) as usize - ptr as usize
+            },
+            232usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_state_pool),
+                "::",
+                stringify!(prev_B)
+            )
+        );
+    }
+    test_field_prev_B();
+    fn test_field_prev_x() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_state_pool>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prev_x) as usize - ptr as usize
+            },
+            344usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_state_pool),
+                "::",
+                stringify!(prev_x)
+            )
+        );
+    }
+    test_field_prev_x();
+    fn test_field_angle_state() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_state_pool>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).angle_state) as usize - ptr as usize
+            },
+            456usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_state_pool),
+                "::",
+                stringify!(angle_state)
+            )
+        );
+    }
+    test_field_angle_state();
 }
-#[doc = " A slot-addressed state pool."]
-#[doc = "  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16 or"]
-#[doc = "    f16; N <= 256 (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any"]
-#[doc = "    P >= 1. The inner three axes must be dense (strides P*N, N, 1); the slot"]
-#[doc = "    stride is free (>= H*P*N), so a pool can live inside a larger buffer."]
-#[doc = "  - state_scale: reserved for int16 block-scaled states (S, H, P) f32;"]
-#[doc = "    leave data NULL. An int16 state is rejected with SSU_ERROR_NOT_SUPPORTED"]
-#[doc = "    by this version."]
-#[doc = " Later versions append pools (e.g. for the Mamba-3 step) to this struct."]
+#[doc = " A slot-addressed state pool and its companion pools. S is the slot count"]
+#[doc = " (shape[0] of `state`); every pool below is indexed by the same slots."]
+#[doc = "  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,"]
+#[doc = "    f16, or i16 with state_scale (block-scaled, see below); N <= 256"]
+#[doc = "    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The"]
+#[doc = "    inner three axes must be dense (strides P*N, N, 1); the slot stride is"]
+#[doc = "    free (>= H*P*N), so a pool can live inside a larger buffer."]
+#[doc = "  - state_scale: (S, H, P) f32, required with an i16 state and refused"]
+#[doc = "    otherwise; inner two axes dense, slot stride free. One decode scale per"]
+#[doc = "    row: the row's real values are q[n] * scale. A store of an fp32 row v"]
+#[doc = "    writes amax = max|v|, enc = (amax == 0 ? 1 : 32767 / amax),"]
+#[doc = "    scale = 1 / enc, q[n] = round-half-even(clamp(v[n] * enc, +-32767))."]
+#[doc = "    A row holding NaN or +-Inf cannot be represented: it is stored as"]
+#[doc = "    codes 0 with a NaN (NaN row) or Inf (Inf row) scale, so it loads back"]
+#[doc = "    as all NaN. No error is raised."]
+#[doc = " Mamba-3 pools (used only by the Mamba-3 operations; leave them NULL for"]
+#[doc = " ssu_plan_create_update, which refuses them):"]
+#[doc = "  - prev_B: (S, R, H, N), the previous token's B, in the input dtype; last"]
+#[doc = "    axis dense, other strides free."]
+#[doc = "  - prev_x: (S, H, P), the previous token's x, in the input dtype; last"]
+#[doc = "    axis dense, other strides free."]
+#[doc = "  - angle_state: (S, H, Sa) f32, the rotary angles in [0, 2*pi); last axis"]
+#[doc = "    dense, other strides free (ssu_plan_create_mamba3_rotary)."]
+#[doc = " The Mamba-3 fields were appended in 0.2: a struct_size that ends before"]
+#[doc = " them means they are absent."]
 pub type ssu_state_pool_t = ssu_state_pool;
 extern "C" {
     #[doc = " sizeof() of a struct as the loaded library knows it (0 for an unknown"]
@@ -511,6 +602,30 @@ pub type ssu_stream_t = *mut ssu_stream_s;
 #[doc = "    unless SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D dst_index."]
 #[doc = "    Intermediate stores happen even with that flag."]
 #[doc = ""]
+#[doc = " State dtypes and rounding of state stores:"]
+#[doc = "  - f32: stored as is."]
+#[doc = "  - i16 (pool.state_scale given): every store of a row (final, dst and"]
+#[doc = "    intermediate) quantizes it as described at ssu_state_pool_t and writes"]
+#[doc = "    its scale to the matching scale row: pool.state_scale for the pool,"]
+#[doc = "    intermediate_scales (I, T, H, P) f32 for intermediate_states. Outputs"]
+#[doc = "    use the unquantized fp32 values. Padded sequences write no scale."]
+#[doc = "  - f16 / bf16: round to nearest even, or, when rounding_seed is given,"]
+#[doc = "    stochastically: each stored element adds random bits below its last"]
+#[doc = "    kept bit and truncates. The random word of the element at offset"]
+#[doc = "    L = src_slot * slot_stride + h*P*N + p*N + n (elements, with src_slot"]
+#[doc = "    the sequence's initial slot, for every store of the call) is word"]
+#[doc = "    (L mod 4) of Philox-4x32 with key = the 64-bit seed and counter ="]
+#[doc = "    (L - L mod 4, 0), run for rounding_rounds rounds (0 means 10); f16"]
+#[doc = "    adds its low 13 bits, bf16 its low 16 bits, to the fp32 magnitude."]
+#[doc = "    Results below 2^-14 in f16 flush to a signed zero, overflow gives Inf,"]
+#[doc = "    NaN stays NaN. The CPU and CUDA backends store identical bits: both"]
+#[doc = "    form the fp32 state with the same operation sequence (no contraction,"]
+#[doc = "    the library's own exp and log1p). Outputs are never stochastically"]
+#[doc = "    rounded."]
+#[doc = "    rounding_seed is read by the kernel when it runs (a device pointer for"]
+#[doc = "    CUDA, a host pointer for the CPU), so a CUDA graph replays with the"]
+#[doc = "    seed's current value; advance it with ssu_advance_seed."]
+#[doc = ""]
 #[doc = " Writes: out for every token of every sequence; the state pool only as"]
 #[doc = " stated above; nothing else. With SSU_UPDATE_DISABLE_STATE_UPDATE the pool"]
 #[doc = " is bit-identical afterwards. Two sequences of one call writing the same"]
@@ -539,12 +654,16 @@ pub struct ssu_update_args {
     pub intermediate_states: ssu_tensor_t,
     pub intermediate_index: ssu_tensor_t,
     pub error_word: *mut u32,
+    pub intermediate_scales: ssu_tensor_t,
+    pub rounding_seed: *const u64,
+    pub rounding_rounds: u32,
+    pub reserved1: u32,
 }
 #[test]
 fn bindgen_test_layout_ssu_update_args() {
     assert_eq!(
         ::std::mem::size_of::<ssu_update_args>(),
-        1720usize,
+        1848usize,
         concat!("Size of: ", stringify!(ssu_update_args))
     );
     assert_eq!(
@@ -909,6 +1028,74 @@ fn bindgen_test_layout_ssu_update_args() {
         );
     }
     test_field_error_word();
+    fn test_field_intermediate_scales() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_update_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).intermediate_scales) as usize - ptr as usize
+            },
+            1720usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_update_args),
+                "::",
+                stringify!(intermediate_scales)
+            )
+        );
+    }
+    test_field_intermediate_scales();
+    fn test_field_rounding_seed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_update_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rounding_seed) as usize - ptr as usize
+            },
+            1832usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_update_args),
+                "::",
+                stringify!(rounding_seed)
+            )
+        );
+    }
+    test_field_rounding_seed();
+    fn test_field_rounding_rounds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_update_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rounding_rounds) as usize - ptr as usize
+            },
+            1840usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_update_args),
+                "::",
+                stringify!(rounding_rounds)
+            )
+        );
+    }
+    test_field_rounding_rounds();
+    fn test_field_reserved1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_update_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved1) as usize - ptr as usize
+            },
+            1844usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_update_args),
+                "::",
+                stringify!(reserved1)
+            )
+        );
+    }
+    test_field_reserved1();
 }
 #[doc = " Arguments of a selective state update. Notation: S pool slots, H heads,"]
 #[doc = " P dim (head size), N dstate, G groups (H % G == 0; head h reads group"]
@@ -953,6 +1140,30 @@ fn bindgen_test_layout_ssu_update_args() {
 #[doc = "    padding index skips these stores). The final state is also stored"]
 #[doc = "    unless SSU_UPDATE_DISABLE_STATE_UPDATE. Excludes a 2-D dst_index."]
 #[doc = "    Intermediate stores happen even with that flag."]
+#[doc = ""]
+#[doc = " State dtypes and rounding of state stores:"]
+#[doc = "  - f32: stored as is."]
+#[doc = "  - i16 (pool.state_scale given): every store of a row (final, dst and"]
+#[doc = "    intermediate) quantizes it as described at ssu_state_pool_t and writes"]
+#[doc = "    its scale to the matching scale row: pool.state_scale for the pool,"]
+#[doc = "    intermediate_scales (I, T, H, P) f32 for intermediate_states. Outputs"]
+#[doc = "    use the unquantized fp32 values. Padded sequences write no scale."]
+#[doc = "  - f16 / bf16: round to nearest even, or, when rounding_seed is given,"]
+#[doc = "    stochastically: each stored element adds random bits below its last"]
+#[doc = "    kept bit and truncates. The random word of the element at offset"]
+#[doc = "    L = src_slot * slot_stride + h*P*N + p*N + n (elements, with src_slot"]
+#[doc = "    the sequence's initial slot, for every store of the call) is word"]
+#[doc = "    (L mod 4) of Philox-4x32 with key = the 64-bit seed and counter ="]
+#[doc = "    (L - L mod 4, 0), run for rounding_rounds rounds (0 means 10); f16"]
+#[doc = "    adds its low 13 bits, bf16 its low 16 bits, to the fp32 magnitude."]
+#[doc = "    Results below 2^-14 in f16 flush to a signed zero, overflow gives Inf,"]
+#[doc = "    NaN stays NaN. The CPU and CUDA backends store identical bits: both"]
+#[doc = "    form the fp32 state with the same operation sequence (no contraction,"]
+#[doc = "    the library's own exp and log1p). Outputs are never stochastically"]
+#[doc = "    rounded."]
+#[doc = "    rounding_seed is read by the kernel when it runs (a device pointer for"]
+#[doc = "    CUDA, a host pointer for the CPU), so a CUDA graph replays with the"]
+#[doc = "    seed's current value; advance it with ssu_advance_seed."]
 #[doc = ""]
 #[doc = " Writes: out for every token of every sequence; the state pool only as"]
 #[doc = " stated above; nothing else. With SSU_UPDATE_DISABLE_STATE_UPDATE the pool"]
@@ -1166,6 +1377,808 @@ extern "C" {
     pub fn ssu_plan_execute_update(
         plan: ssu_plan_t,
         args: *const ssu_update_args_t,
+        stream: ssu_stream_t,
+    ) -> ssu_status_t;
+}
+extern "C" {
+    #[doc = " Adds `increment` to the uint64 at `seed` (wrapping), in stream order."]
+    #[doc = " CUDA: `seed` is device memory and this is one tiny kernel launch on"]
+    #[doc = " `stream`, so it may be captured into a CUDA graph after the updates that"]
+    #[doc = " read the seed: every replay then draws fresh random bits. CPU: `seed` is"]
+    #[doc = " host memory, updated before the call returns."]
+    pub fn ssu_advance_seed(
+        context: ssu_context_t,
+        seed: *mut u64,
+        increment: u64,
+        stream: ssu_stream_t,
+    ) -> ssu_status_t;
+}
+#[doc = " Arguments of one Mamba-3 decode step, served straight from the pools"]
+#[doc = " (see ssu_state_pool_t): state (S, H, P, N) f32/bf16/f16, prev_B"]
+#[doc = " (S, R, H, N) and prev_x (S, H, P) in the input dtype. R is the MIMO rank,"]
+#[doc = " one of 1, 2, 4, 8; N one of 16, 32, 64, 128, 256; P any multiple of 16."]
+#[doc = ""]
+#[doc = " Per call (Bt sequences, one token each):"]
+#[doc = "  - A, dt, trap: (Bt, H), each f32/bf16/f16, any strides. dt is already"]
+#[doc = "    softplus-ed; trap is already sigma(trap_logit)."]
+#[doc = "  - B, C: (Bt, R, H, N), input dtype (f32/bf16/f16), last axis dense."]
+#[doc = "  - x: (Bt, H, P), input dtype, last axis dense."]
+#[doc = "  - D (optional, absent means 0): (H,); xproj: (R, H, P) required;"]
+#[doc = "    zproj: (R, H, P), given exactly when z is; outproj (optional):"]
+#[doc = "    (R, H, P). Each f32/bf16/f16, any strides."]
+#[doc = "  - z (optional): (Bt, H, P), input dtype; needs outproj."]
+#[doc = "  - out: (Bt, H, P) with outproj, (Bt, R, H, P) without; input dtype,"]
+#[doc = "    last axis dense."]
+#[doc = "  - src_index (optional, slot = b when absent), dst_index (optional):"]
+#[doc = "    (Bt,) int32/int64, same dtype. Padding as for ssu_update_args_t: the"]
+#[doc = "    sequence's outputs are exactly zero and no pool is read or written."]
+#[doc = ""]
+#[doc = " Per sequence b, head h, row p, column n (all fp32):"]
+#[doc = "   alpha = exp(A*dt); gamma = trap*dt; beta = (1 - trap)*dt*alpha"]
+#[doc = "   H'[p,n] = alpha*H[p,n] + sum_r xproj[r,p]*(gamma*x[p]*B[r,n]"]
+#[doc = "                                            + beta*xprev[p]*Bprev[r,n])"]
+#[doc = "   y_r[p]  = sum_n H'[p,n]*C[r,n] + D*x[p]*xproj[r,p]"]
+#[doc = "   with outproj: y_r *= silu(z[p]*zproj[r,p]) if z;"]
+#[doc = "                 out[b,h,p] = sum_r y_r[p]*outproj[r,p]"]
+#[doc = "   without:      out[b,r,h,p] = y_r[p]"]
+#[doc = " H' is stored (rounded to nearest in the state dtype) to the dst slot"]
+#[doc = " (default: the src slot); with SSU_MAMBA3_UPDATE_PREV, B and x are stored"]
+#[doc = " to prev_B[dst] and prev_x[dst]. Nothing else is written. A src slot"]
+#[doc = " >= S is rejected by the CPU backend before anything is written; the"]
+#[doc = " CUDA backend treats it as padding and sets SSU_ERROR_BIT_INDEX."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ssu_mamba3_step_args {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub pad_slot_id: i64,
+    pub pool: *const ssu_state_pool_t,
+    pub A: ssu_tensor_t,
+    pub dt: ssu_tensor_t,
+    pub trap: ssu_tensor_t,
+    pub B: ssu_tensor_t,
+    pub C: ssu_tensor_t,
+    pub x: ssu_tensor_t,
+    pub D: ssu_tensor_t,
+    pub xproj: ssu_tensor_t,
+    pub z: ssu_tensor_t,
+    pub zproj: ssu_tensor_t,
+    pub outproj: ssu_tensor_t,
+    pub out: ssu_tensor_t,
+    pub src_index: ssu_tensor_t,
+    pub dst_index: ssu_tensor_t,
+    pub error_word: *mut u32,
+}
+#[test]
+fn bindgen_test_layout_ssu_mamba3_step_args() {
+    assert_eq!(
+        ::std::mem::size_of::<ssu_mamba3_step_args>(),
+        1600usize,
+        concat!("Size of: ", stringify!(ssu_mamba3_step_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<ssu_mamba3_step_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(ssu_mamba3_step_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_pad_slot_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pad_slot_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(pad_slot_id)
+            )
+        );
+    }
+    test_field_pad_slot_id();
+    fn test_field_pool() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pool) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(pool)
+            )
+        );
+    }
+    test_field_pool();
+    fn test_field_A() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).A) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(A)
+            )
+        );
+    }
+    test_field_A();
+    fn test_field_dt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dt) as usize - ptr as usize
+            },
+            136usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(dt)
+            )
+        );
+    }
+    test_field_dt();
+    fn test_field_trap() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).trap) as usize - ptr as usize
+            },
+            248usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(trap)
+            )
+        );
+    }
+    test_field_trap();
+    fn test_field_B() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).B) as usize - ptr as usize
+            },
+            360usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(B)
+            )
+        );
+    }
+    test_field_B();
+    fn test_field_C() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).C) as usize - ptr as usize
+            },
+            472usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(C)
+            )
+        );
+    }
+    test_field_C();
+    fn test_field_x() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).x) as usize - ptr as usize
+            },
+            584usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(x)
+            )
+        );
+    }
+    test_field_x();
+    fn test_field_D() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).D) as usize - ptr as usize
+            },
+            696usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(D)
+            )
+        );
+    }
+    test_field_D();
+    fn test_field_xproj() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).xproj) as usize - ptr as usize
+            },
+            808usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(xproj)
+            )
+        );
+    }
+    test_field_xproj();
+    fn test_field_z() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).z) as usize - ptr as usize
+            },
+            920usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(z)
+            )
+        );
+    }
+    test_field_z();
+    fn test_field_zproj() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).zproj) as usize - ptr as usize
+            },
+            1032usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(zproj)
+            )
+        );
+    }
+    test_field_zproj();
+    fn test_field_outproj() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).outproj) as usize - ptr as usize
+            },
+            1144usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(outproj)
+            )
+        );
+    }
+    test_field_outproj();
+    fn test_field_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).out) as usize - ptr as usize
+            },
+            1256usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(out)
+            )
+        );
+    }
+    test_field_out();
+    fn test_field_src_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).src_index) as usize - ptr as usize
+            },
+            1368usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(src_index)
+            )
+        );
+    }
+    test_field_src_index();
+    fn test_field_dst_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dst_index) as usize - ptr as usize
+            },
+            1480usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(dst_index)
+            )
+        );
+    }
+    test_field_dst_index();
+    fn test_field_error_word() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_step_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).error_word) as usize - ptr as usize
+            },
+            1592usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_step_args),
+                "::",
+                stringify!(error_word)
+            )
+        );
+    }
+    test_field_error_word();
+}
+#[doc = " Arguments of one Mamba-3 decode step, served straight from the pools"]
+#[doc = " (see ssu_state_pool_t): state (S, H, P, N) f32/bf16/f16, prev_B"]
+#[doc = " (S, R, H, N) and prev_x (S, H, P) in the input dtype. R is the MIMO rank,"]
+#[doc = " one of 1, 2, 4, 8; N one of 16, 32, 64, 128, 256; P any multiple of 16."]
+#[doc = ""]
+#[doc = " Per call (Bt sequences, one token each):"]
+#[doc = "  - A, dt, trap: (Bt, H), each f32/bf16/f16, any strides. dt is already"]
+#[doc = "    softplus-ed; trap is already sigma(trap_logit)."]
+#[doc = "  - B, C: (Bt, R, H, N), input dtype (f32/bf16/f16), last axis dense."]
+#[doc = "  - x: (Bt, H, P), input dtype, last axis dense."]
+#[doc = "  - D (optional, absent means 0): (H,); xproj: (R, H, P) required;"]
+#[doc = "    zproj: (R, H, P), given exactly when z is; outproj (optional):"]
+#[doc = "    (R, H, P). Each f32/bf16/f16, any strides."]
+#[doc = "  - z (optional): (Bt, H, P), input dtype; needs outproj."]
+#[doc = "  - out: (Bt, H, P) with outproj, (Bt, R, H, P) without; input dtype,"]
+#[doc = "    last axis dense."]
+#[doc = "  - src_index (optional, slot = b when absent), dst_index (optional):"]
+#[doc = "    (Bt,) int32/int64, same dtype. Padding as for ssu_update_args_t: the"]
+#[doc = "    sequence's outputs are exactly zero and no pool is read or written."]
+#[doc = ""]
+#[doc = " Per sequence b, head h, row p, column n (all fp32):"]
+#[doc = "   alpha = exp(A*dt); gamma = trap*dt; beta = (1 - trap)*dt*alpha"]
+#[doc = "   H'[p,n] = alpha*H[p,n] + sum_r xproj[r,p]*(gamma*x[p]*B[r,n]"]
+#[doc = "                                            + beta*xprev[p]*Bprev[r,n])"]
+#[doc = "   y_r[p]  = sum_n H'[p,n]*C[r,n] + D*x[p]*xproj[r,p]"]
+#[doc = "   with outproj: y_r *= silu(z[p]*zproj[r,p]) if z;"]
+#[doc = "                 out[b,h,p] = sum_r y_r[p]*outproj[r,p]"]
+#[doc = "   without:      out[b,r,h,p] = y_r[p]"]
+#[doc = " H' is stored (rounded to nearest in the state dtype) to the dst slot"]
+#[doc = " (default: the src slot); with SSU_MAMBA3_UPDATE_PREV, B and x are stored"]
+#[doc = " to prev_B[dst] and prev_x[dst]. Nothing else is written. A src slot"]
+#[doc = " >= S is rejected by the CPU backend before anything is written; the"]
+#[doc = " CUDA backend treats it as padding and sets SSU_ERROR_BIT_INDEX."]
+pub type ssu_mamba3_step_args_t = ssu_mamba3_step_args;
+extern "C" {
+    #[doc = " Validates `args` and plans Mamba-3 steps of this kind (everything but"]
+    #[doc = "  pointers, strides, Bt and S is fixed, as for ssu_plan_create_update)."]
+    pub fn ssu_plan_create_mamba3_step(
+        context: ssu_context_t,
+        args: *const ssu_mamba3_step_args_t,
+        options: *const ssu_plan_options_t,
+        out_plan: *mut ssu_plan_t,
+    ) -> ssu_status_t;
+}
+extern "C" {
+    #[doc = " Runs a planned Mamba-3 step on `stream` (same contract as"]
+    #[doc = "  ssu_plan_execute_update). A plan of another operation gives"]
+    #[doc = "  SSU_ERROR_PLAN_MISMATCH."]
+    pub fn ssu_plan_execute_mamba3_step(
+        plan: ssu_plan_t,
+        args: *const ssu_mamba3_step_args_t,
+        stream: ssu_stream_t,
+    ) -> ssu_status_t;
+}
+#[doc = " The Mamba-3 rotary step, which prepares B (k) and C (q) for"]
+#[doc = " ssu_plan_execute_mamba3_step and advances the angle pool:"]
+#[doc = "  - pool->angle_state: (S, H, Sa) f32, 1 <= Sa <= N/2."]
+#[doc = "  - angle_rate: (Bt, H, Sa) raw rates; dt: (Bt, H) (softplus-ed); each"]
+#[doc = "    f32/bf16/f16."]
+#[doc = "  - q, k: (Bt, R, H, N), one float dtype, last axis dense; q_bias, k_bias"]
+#[doc = "    (optional): (R, H, N), any float dtype and strides."]
+#[doc = "  - q_out, k_out: like q (the same dtype); each may be exactly its input"]
+#[doc = "    (same pointer and strides) for an in-place update."]
+#[doc = "  - src_index / dst_index as for the step."]
+#[doc = " Per sequence b, head h (fp32):"]
+#[doc = "   theta[i] = angle_state[src, h, i] + tanh(angle_rate[b, h, i]) * pi * dt[b, h]"]
+#[doc = "   reduced to [0, 2*pi) and stored to angle_state[dst, h, i];"]
+#[doc = "   v = q + q_bias (and k + k_bias), then for i < Sa the pair (v[a], v[c])"]
+#[doc = "   with (a, c) = (2i, 2i+1), or (i, i + N/2) with ..._HALVED, becomes"]
+#[doc = "   (v[a] cos(theta) - v[c] sin(theta), v[a] sin(theta) + v[c] cos(theta));"]
+#[doc = "   elements outside the rotated pairs keep v. The rounded results go to"]
+#[doc = "   q_out and k_out for every r."]
+#[doc = " A padded sequence leaves the angle pool untouched and gets zero outputs."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ssu_mamba3_rotary_args {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub pad_slot_id: i64,
+    pub pool: *const ssu_state_pool_t,
+    pub angle_rate: ssu_tensor_t,
+    pub dt: ssu_tensor_t,
+    pub q: ssu_tensor_t,
+    pub k: ssu_tensor_t,
+    pub q_bias: ssu_tensor_t,
+    pub k_bias: ssu_tensor_t,
+    pub q_out: ssu_tensor_t,
+    pub k_out: ssu_tensor_t,
+    pub src_index: ssu_tensor_t,
+    pub dst_index: ssu_tensor_t,
+    pub error_word: *mut u32,
+}
+#[test]
+fn bindgen_test_layout_ssu_mamba3_rotary_args() {
+    assert_eq!(
+        ::std::mem::size_of::<ssu_mamba3_rotary_args>(),
+        1152usize,
+        concat!("Size of: ", stringify!(ssu_mamba3_rotary_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<ssu_mamba3_rotary_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(ssu_mamba3_rotary_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_pad_slot_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pad_slot_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(pad_slot_id)
+            )
+        );
+    }
+    test_field_pad_slot_id();
+    fn test_field_pool() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pool) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(pool)
+            )
+        );
+    }
+    test_field_pool();
+    fn test_field_angle_rate() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).angle_rate) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(angle_rate)
+            )
+        );
+    }
+    test_field_angle_rate();
+    fn test_field_dt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dt) as usize - ptr as usize
+            },
+            136usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(dt)
+            )
+        );
+    }
+    test_field_dt();
+    fn test_field_q() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q) as usize - ptr as usize
+            },
+            248usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(q)
+            )
+        );
+    }
+    test_field_q();
+    fn test_field_k() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k) as usize - ptr as usize
+            },
+            360usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(k)
+            )
+        );
+    }
+    test_field_k();
+    fn test_field_q_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q_bias) as usize - ptr as usize
+            },
+            472usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(q_bias)
+            )
+        );
+    }
+    test_field_q_bias();
+    fn test_field_k_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k_bias) as usize - ptr as usize
+            },
+            584usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(k_bias)
+            )
+        );
+    }
+    test_field_k_bias();
+    fn test_field_q_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).q_out) as usize - ptr as usize
+            },
+            696usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(q_out)
+            )
+        );
+    }
+    test_field_q_out();
+    fn test_field_k_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).k_out) as usize - ptr as usize
+            },
+            808usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(k_out)
+            )
+        );
+    }
+    test_field_k_out();
+    fn test_field_src_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).src_index) as usize - ptr as usize
+            },
+            920usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(src_index)
+            )
+        );
+    }
+    test_field_src_index();
+    fn test_field_dst_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dst_index) as usize - ptr as usize
+            },
+            1032usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(dst_index)
+            )
+        );
+    }
+    test_field_dst_index();
+    fn test_field_error_word() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_mamba3_rotary_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).error_word) as usize - ptr as usize
+            },
+            1144usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_mamba3_rotary_args),
+                "::",
+                stringify!(error_word)
+            )
+        );
+    }
+    test_field_error_word();
+}
+#[doc = " The Mamba-3 rotary step, which prepares B (k) and C (q) for"]
+#[doc = " ssu_plan_execute_mamba3_step and advances the angle pool:"]
+#[doc = "  - pool->angle_state: (S, H, Sa) f32, 1 <= Sa <= N/2."]
+#[doc = "  - angle_rate: (Bt, H, Sa) raw rates; dt: (Bt, H) (softplus-ed); each"]
+#[doc = "    f32/bf16/f16."]
+#[doc = "  - q, k: (Bt, R, H, N), one float dtype, last axis dense; q_bias, k_bias"]
+#[doc = "    (optional): (R, H, N), any float dtype and strides."]
+#[doc = "  - q_out, k_out: like q (the same dtype); each may be exactly its input"]
+#[doc = "    (same pointer and strides) for an in-place update."]
+#[doc = "  - src_index / dst_index as for the step."]
+#[doc = " Per sequence b, head h (fp32):"]
+#[doc = "   theta[i] = angle_state[src, h, i] + tanh(angle_rate[b, h, i]) * pi * dt[b, h]"]
+#[doc = "   reduced to [0, 2*pi) and stored to angle_state[dst, h, i];"]
+#[doc = "   v = q + q_bias (and k + k_bias), then for i < Sa the pair (v[a], v[c])"]
+#[doc = "   with (a, c) = (2i, 2i+1), or (i, i + N/2) with ..._HALVED, becomes"]
+#[doc = "   (v[a] cos(theta) - v[c] sin(theta), v[a] sin(theta) + v[c] cos(theta));"]
+#[doc = "   elements outside the rotated pairs keep v. The rounded results go to"]
+#[doc = "   q_out and k_out for every r."]
+#[doc = " A padded sequence leaves the angle pool untouched and gets zero outputs."]
+pub type ssu_mamba3_rotary_args_t = ssu_mamba3_rotary_args;
+extern "C" {
+    #[doc = " Validates `args` and plans rotary steps of this kind."]
+    pub fn ssu_plan_create_mamba3_rotary(
+        context: ssu_context_t,
+        args: *const ssu_mamba3_rotary_args_t,
+        options: *const ssu_plan_options_t,
+        out_plan: *mut ssu_plan_t,
+    ) -> ssu_status_t;
+}
+extern "C" {
+    #[doc = " Runs a planned rotary step on `stream`."]
+    pub fn ssu_plan_execute_mamba3_rotary(
+        plan: ssu_plan_t,
+        args: *const ssu_mamba3_rotary_args_t,
         stream: ssu_stream_t,
     ) -> ssu_status_t;
 }

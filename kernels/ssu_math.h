@@ -1,0 +1,219 @@
+/*
+ * The fp32 numerics that the CPU backend and the CUDA kernels share, so that
+ * both store bit-identical states: the library's own exp and log1p, the
+ * Philox-4x32 generator, stochastic rounding to f16 / bf16 and the int16 row
+ * quantizer. Included by g++ (host) and nvcc (host and device).
+ *
+ * Bit identity needs every fp32 operation to round the same way on both
+ * sides: the CPU sources are compiled with -ffp-contract=off and the kernels
+ * with -fmad=false, so a * b + c is always two roundings unless written as
+ * ssu_fma (one rounding, on both sides). No library transcendental is used
+ * on a stored path; division is IEEE division on both sides.
+ */
+#ifndef SSU_MATH_H_
+#define SSU_MATH_H_
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#  define SSU_HD __host__ __device__ __forceinline__
+#else
+#  include <cmath>
+#  include <cstring>
+#  define SSU_HD inline __attribute__((always_inline))
+#endif
+
+namespace ssu_math {
+
+SSU_HD float bits_to_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+SSU_HD uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// exp and log1p. The polynomials are templates so that the CPU's eight-lane
+// vector code evaluates exactly the same operations as the scalar code.
+
+// e^r for |r| <= ln(2)/2, Taylor to degree 7.
+template <typename T>
+SSU_HD T exp_poly(T r) {
+  T q = T{} + 1.0f / 5040.0f;
+  q = q * r + 1.0f / 720.0f;
+  q = q * r + 1.0f / 120.0f;
+  q = q * r + 1.0f / 24.0f;
+  q = q * r + 1.0f / 6.0f;
+  q = q * r + 0.5f;
+  q = q * r + 1.0f;
+  return q * r + 1.0f;
+}
+// atanh(f)/f as a series in f2 = f*f, for |f| <= 0.172.
+template <typename T>
+SSU_HD T atanh_poly(T f2) {
+  T q = T{} + 1.0f / 9.0f;
+  q = q * f2 + 1.0f / 7.0f;
+  q = q * f2 + 1.0f / 5.0f;
+  q = q * f2 + 1.0f / 3.0f;
+  return q * f2 + 1.0f;
+}
+
+constexpr float kExpShift = 12582912.0f;  // 1.5 * 2^23: x + shift - shift rounds x
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693145751953125f;
+constexpr float kLn2Lo = 1.428606765330187045e-06f;
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr uint32_t kSqrtHalfBits = 0x3f3504f3u;
+
+// exp(x) to about 2 ulp on [-87, 88]; 0 below, +inf above, NaN stays NaN.
+SSU_HD float exp(float x) {
+  const float lo = x < -87.0f ? -87.0f : x;
+  const float xc = lo > 88.0f ? 88.0f : lo;
+  const float k = (xc * kLog2e + kExpShift) - kExpShift;
+  float r = xc - k * kLn2Hi;
+  r = r - k * kLn2Lo;
+  const float q = exp_poly(r);
+  const int32_t ki = static_cast<int32_t>(k);
+  const float scale = bits_to_float(static_cast<uint32_t>(ki + 127) << 23);
+  float e = q * scale;
+  e = x < -87.0f ? 0.0f : e;
+  e = x > 88.0f ? bits_to_float(0x7f800000u) : e;
+  return x != x ? x : e;
+}
+
+// log(1 + e) for e >= 0 (and NaN), to a few ulp.
+SSU_HD float log1p(float e) {
+  const float y = 1.0f + e;
+  // y = m * 2^k with m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh((m-1)/(m+1)).
+  const uint32_t u = float_to_bits(y) - kSqrtHalfBits;
+  const int32_t k = static_cast<int32_t>(u) >> 23;
+  const float m = bits_to_float((u & 0x007fffffu) + kSqrtHalfBits);
+  const float c = (e - (y - 1.0f)) / y;  // the rounding error of 1 + e
+  const float f = (m - 1.0f) / (m + 1.0f);
+  const float f2 = f * f;
+  const float q = atanh_poly(f2);
+  const float r = static_cast<float>(k) * kLn2 + 2.0f * f * q + c;
+  return y == 1.0f ? e : r;
+}
+
+// v > 20 ? v : log(1 + e^v), the specification's softplus.
+SSU_HD float softplus20(float v) { return v > 20.0f ? v : log1p(exp(v)); }
+
+// ---------------------------------------------------------------------------
+// Philox-4x32 (Salmon et al., Random123), `rounds` rounds.
+struct u32x4 {
+  uint32_t v[4];
+};
+
+SSU_HD uint32_t mulhi32(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __umulhi(a, b);
+#else
+  return static_cast<uint32_t>((static_cast<uint64_t>(a) * b) >> 32);
+#endif
+}
+
+SSU_HD u32x4 philox4x32(uint64_t seed, uint64_t counter, uint32_t rounds) {
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = 0, c3 = 0;
+  for (uint32_t i = 0; i < rounds; ++i) {
+    const uint32_t n0 = mulhi32(0xCD9E8D57u, c2) ^ c1 ^ k0;
+    const uint32_t n2 = mulhi32(0xD2511F53u, c0) ^ c3 ^ k1;
+    const uint32_t n1 = 0xCD9E8D57u * c2;
+    const uint32_t n3 = 0xD2511F53u * c0;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  u32x4 r;
+  r.v[0] = c0;
+  r.v[1] = c1;
+  r.v[2] = c2;
+  r.v[3] = c3;
+  return r;
+}
+
+// The random word of the element at offset L (elements) of a state pool.
+SSU_HD uint32_t sr_word(uint64_t seed, uint64_t L, uint32_t rounds) {
+  const u32x4 r = philox4x32(seed, L & ~uint64_t{3}, rounds);
+  return r.v[L & 3];
+}
+
+// ---------------------------------------------------------------------------
+// Stochastic rounding: add random bits below the last kept bit of the
+// magnitude, then truncate. Results are the raw 16-bit patterns.
+
+// bf16: add the low 16 bits of `rnd`, keep the high 16 bits.
+SSU_HD uint16_t f32_to_bf16_sr(float v, uint32_t rnd) {
+  const uint32_t u = float_to_bits(v);
+  const uint32_t sign = u & 0x80000000u;
+  const uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return static_cast<uint16_t>((sign | 0x7fc00000u) >> 16);  // quiet NaN
+  if (mag == 0x7f800000u) return static_cast<uint16_t>(u >> 16);                     // +-Inf
+  uint32_t m = mag + (rnd & 0xffffu);  // cannot wrap: mag < 0x7f800000
+  if (m > 0x7f7fffffu) m = 0x7f800000u;  // rounded past the largest finite value
+  return static_cast<uint16_t>((sign | m) >> 16);
+}
+
+// f16: add the low 13 bits of `rnd` to the fp32 magnitude, then truncate
+// to f16: exponent rebias, magnitudes below 2^-14 flush to a signed zero,
+// 2^16 and above become Inf.
+SSU_HD uint16_t f32_to_f16_sr(float v, uint32_t rnd) {
+  const uint32_t u = float_to_bits(v);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // quiet NaN
+  if (mag == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
+  const uint32_t m = mag + (rnd & 0x1fffu);
+  const int32_t e = static_cast<int32_t>(m >> 23) - 127 + 15;  // f16 biased exponent
+  if (e <= 0) return sign;                                       // below 2^-14
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);     // overflow
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(e) << 10) | ((m >> 13) & 0x3ffu));
+}
+
+// ---------------------------------------------------------------------------
+// int16 block-scaled rows. The encode factor of a row with largest
+// magnitude amax; its decode scale is 1 / encode.
+SSU_HD float int16_encode_factor(float amax) { return amax == 0.0f ? 1.0f : 32767.0f / amax; }
+
+// One step of the row maximum of |v|; NaN wins, so a row holding NaN gets a
+// NaN amax (and a row holding Inf an Inf amax) whatever the order.
+SSU_HD float int16_amax_step(float amax, float v) {
+  const float a = v < 0.0f ? -v : v;
+  return (a > amax || a != a) ? a : amax;
+}
+
+// round_half_even(clamp(v * enc, -32767, 32767)); NaN gives 0. A row with
+// NaN or Inf thus stores codes 0 and a NaN or Inf scale (amax NaN: enc NaN;
+// amax Inf: enc 0, scale Inf) and loads back as all NaN.
+SSU_HD int16_t int16_quantize(float v, float enc) {
+  float s = v * enc;
+  if (s != s) return 0;
+  s = s < -32767.0f ? -32767.0f : s;
+  s = s > 32767.0f ? 32767.0f : s;
+#if defined(__CUDA_ARCH__)
+  return static_cast<int16_t>(__float2int_rn(s));
+#else
+  return static_cast<int16_t>(std::nearbyint(s));  // default rounding mode: half-even
+#endif
+}
+
+}  // namespace ssu_math
+
+#endif /* SSU_MATH_H_ */
