@@ -36,6 +36,9 @@ pub const fn ssu_state_pool_init() -> ssu_state_pool_t {
         reserved0: 0,
         state: ssu_tensor_empty(),
         state_scale: ssu_tensor_empty(),
+        prev_B: ssu_tensor_empty(),
+        prev_x: ssu_tensor_empty(),
+        angle_state: ssu_tensor_empty(),
     }
 }
 
@@ -92,6 +95,58 @@ pub const fn ssu_update_args_init() -> ssu_update_args_t {
         num_accepted_tokens: t,
         intermediate_states: t,
         intermediate_index: t,
+        error_word: core::ptr::null_mut(),
+        intermediate_scales: t,
+        rounding_seed: core::ptr::null(),
+        rounding_rounds: 0,
+        reserved1: 0,
+    }
+}
+
+/// `SSU_MAMBA3_STEP_ARGS_INIT`: every tensor absent, `pad_slot_id` -1.
+pub const fn ssu_mamba3_step_args_init() -> ssu_mamba3_step_args_t {
+    let t = ssu_tensor_empty();
+    ssu_mamba3_step_args_t {
+        struct_size: core::mem::size_of::<ssu_mamba3_step_args_t>() as u32,
+        flags: 0,
+        pad_slot_id: -1,
+        pool: core::ptr::null(),
+        A: t,
+        dt: t,
+        trap: t,
+        B: t,
+        C: t,
+        x: t,
+        D: t,
+        xproj: t,
+        z: t,
+        zproj: t,
+        outproj: t,
+        out: t,
+        src_index: t,
+        dst_index: t,
+        error_word: core::ptr::null_mut(),
+    }
+}
+
+/// `SSU_MAMBA3_ROTARY_ARGS_INIT`: every tensor absent, `pad_slot_id` -1.
+pub const fn ssu_mamba3_rotary_args_init() -> ssu_mamba3_rotary_args_t {
+    let t = ssu_tensor_empty();
+    ssu_mamba3_rotary_args_t {
+        struct_size: core::mem::size_of::<ssu_mamba3_rotary_args_t>() as u32,
+        flags: 0,
+        pad_slot_id: -1,
+        pool: core::ptr::null(),
+        angle_rate: t,
+        dt: t,
+        q: t,
+        k: t,
+        q_bias: t,
+        k_bias: t,
+        q_out: t,
+        k_out: t,
+        src_index: t,
+        dst_index: t,
         error_word: core::ptr::null_mut(),
     }
 }

@@ -34,6 +34,38 @@ fn initializers_set_struct_size() {
     assert_eq!(ssu_update_args_init().pad_slot_id, -1);
     assert_eq!(ssu_state_pool_init().struct_size as usize, std::mem::size_of::<ssu_state_pool_t>());
     assert_eq!(ssu_status_family(SSU_ERROR_BAD_SHAPE), 1);
+    assert_eq!(
+        ssu_mamba3_step_args_init().struct_size as usize,
+        std::mem::size_of::<ssu_mamba3_step_args_t>()
+    );
+    assert_eq!(ssu_mamba3_step_args_init().pad_slot_id, -1);
+    assert_eq!(
+        ssu_mamba3_rotary_args_init().struct_size as usize,
+        std::mem::size_of::<ssu_mamba3_rotary_args_t>()
+    );
+    assert_eq!(ssu_mamba3_rotary_args_init().pad_slot_id, -1);
+    assert!(ssu_update_args_init().rounding_seed.is_null());
+}
+
+/// The library's own sizeof() of every struct equals the one bindgen saw.
+#[test]
+fn struct_sizes_match_library() {
+    use ssu_sys::*;
+    use std::mem::size_of;
+    let want = [
+        (SSU_STRUCT_TENSOR, size_of::<ssu_tensor_t>()),
+        (SSU_STRUCT_STATE_POOL, size_of::<ssu_state_pool_t>()),
+        (SSU_STRUCT_CONTEXT_OPTIONS, size_of::<ssu_context_options_t>()),
+        (SSU_STRUCT_PLAN_OPTIONS, size_of::<ssu_plan_options_t>()),
+        (SSU_STRUCT_PLAN_INFO, size_of::<ssu_plan_info_t>()),
+        (SSU_STRUCT_UPDATE_ARGS, size_of::<ssu_update_args_t>()),
+        (SSU_STRUCT_MAMBA3_STEP_ARGS, size_of::<ssu_mamba3_step_args_t>()),
+        (SSU_STRUCT_MAMBA3_ROTARY_ARGS, size_of::<ssu_mamba3_rotary_args_t>()),
+    ];
+    for (id, size) in want {
+        assert_eq!(unsafe { ssu_struct_size(id) }, size, "struct id {id}");
+    }
+    assert_eq!(unsafe { ssu_struct_size(99) }, 0);
 }
 
 #[test]

@@ -495,12 +495,77 @@ impl Context {
 
     /// Validates `args` and creates a plan for updates of their kind.
     pub fn plan_update(&self, args: &UpdateArgs<'_>, algorithm: Option<Algorithm>) -> Result<Plan<'_>> {
-        let mut opts = sys::ssu_plan_options_init();
-        opts.algorithm = algorithm.map_or(sys::SSU_ALGORITHM_AUTO, Algorithm::raw);
+        let opts = plan_options(algorithm);
         let c_args = args.c_args();
         let mut raw: sys::ssu_plan_t = std::ptr::null_mut();
         check(unsafe { sys::ssu_plan_create_update(self.raw, &c_args.args, &opts, &mut raw) })?;
-        Ok(Plan { raw, _ctx: PhantomData })
+        Ok(Plan { raw: RawPlan(raw), _ctx: PhantomData })
+    }
+
+    /// Validates `args` and creates a plan for Mamba-3 decode steps of
+    /// their kind.
+    pub fn plan_mamba3_step(
+        &self,
+        args: &Mamba3StepArgs<'_>,
+        algorithm: Option<Algorithm>,
+    ) -> Result<Mamba3StepPlan<'_>> {
+        let opts = plan_options(algorithm);
+        let pool = Box::new(args.pool);
+        let mut c = args.args;
+        c.pool = &*pool;
+        let mut raw: sys::ssu_plan_t = std::ptr::null_mut();
+        check(unsafe { sys::ssu_plan_create_mamba3_step(self.raw, &c, &opts, &mut raw) })?;
+        Ok(Mamba3StepPlan { raw: RawPlan(raw), _ctx: PhantomData })
+    }
+
+    /// Validates `args` and creates a plan for Mamba-3 rotary steps of
+    /// their kind.
+    pub fn plan_mamba3_rotary(
+        &self,
+        args: &Mamba3RotaryArgs<'_>,
+        algorithm: Option<Algorithm>,
+    ) -> Result<Mamba3RotaryPlan<'_>> {
+        let opts = plan_options(algorithm);
+        let pool = Box::new(args.pool);
+        let mut c = args.args;
+        c.pool = &*pool;
+        let mut raw: sys::ssu_plan_t = std::ptr::null_mut();
+        check(unsafe { sys::ssu_plan_create_mamba3_rotary(self.raw, &c, &opts, &mut raw) })?;
+        Ok(Mamba3RotaryPlan { raw: RawPlan(raw), _ctx: PhantomData })
+    }
+
+    /// Plans and runs one Mamba-3 step (see [`Context::update`]).
+    pub fn mamba3_step(&self, args: &mut Mamba3StepArgs<'_>) -> Result<()> {
+        self.plan_mamba3_step(args, None)?.execute(args)
+    }
+
+    /// Plans and runs one Mamba-3 rotary step (see [`Context::update`]).
+    pub fn mamba3_rotary(&self, args: &mut Mamba3RotaryArgs<'_>) -> Result<()> {
+        self.plan_mamba3_rotary(args, None)?.execute(args)
+    }
+
+    /// Adds `increment` (wrapping) to a host seed, as read by updates given
+    /// it through [`UpdateArgs::rounding_seed`]. CPU contexts only: a CUDA
+    /// context needs a device word ([`Context::advance_seed_raw`]).
+    pub fn advance_seed(&self, seed: &std::cell::Cell<u64>, increment: u64) -> Result<()> {
+        if self.backend()? != Backend::Cpu {
+            return Err(invalid(
+                "advance_seed takes a host seed, but this context runs on CUDA; \
+                 use advance_seed_raw with a device pointer"
+                    .to_string(),
+            ));
+        }
+        check(unsafe { sys::ssu_advance_seed(self.raw, seed.as_ptr(), increment, std::ptr::null_mut()) })
+    }
+
+    /// Adds `increment` to the uint64 at `seed` in `stream`'s order (CUDA:
+    /// one kernel launch, capturable into a graph; CPU: before returning).
+    ///
+    /// # Safety
+    /// `seed` must be a valid uint64 in the context's memory space (device
+    /// memory for CUDA, host memory for the CPU) until the work completes.
+    pub unsafe fn advance_seed_raw(&self, seed: *mut u64, increment: u64, stream: Stream) -> Result<()> {
+        check(sys::ssu_advance_seed(self.raw, seed, increment, stream.0))
     }
 
     /// Plans and runs one update (synchronously on the CPU, on the legacy
@@ -577,9 +642,38 @@ impl Stream {
     }
 }
 
+/// The owned plan handle shared by every plan type: destroyed on drop.
+struct RawPlan(sys::ssu_plan_t);
+
+impl RawPlan {
+    fn info(&self) -> Result<PlanInfo> {
+        let mut info = sys::ssu_plan_info_init();
+        check(unsafe { sys::ssu_plan_get_info(self.0, &mut info) })?;
+        Ok(PlanInfo {
+            backend: Backend::from_raw(info.backend),
+            algorithm: Algorithm::from_raw(info.algorithm),
+            algorithm_name: unsafe { cstr(info.algorithm_name) },
+        })
+    }
+}
+
+impl Drop for RawPlan {
+    fn drop(&mut self) {
+        unsafe {
+            sys::ssu_plan_destroy(self.0);
+        }
+    }
+}
+
+fn plan_options(algorithm: Option<Algorithm>) -> sys::ssu_plan_options_t {
+    let mut opts = sys::ssu_plan_options_init();
+    opts.algorithm = algorithm.map_or(sys::SSU_ALGORITHM_AUTO, Algorithm::raw);
+    opts
+}
+
 /// A validated, immutable update configuration; destroyed on drop.
 pub struct Plan<'ctx> {
-    raw: sys::ssu_plan_t,
+    raw: RawPlan,
     _ctx: PhantomData<&'ctx Context>,
 }
 
@@ -589,20 +683,13 @@ unsafe impl Sync for Plan<'_> {}
 impl Plan<'_> {
     /// Backend and algorithm of the plan.
     pub fn info(&self) -> Result<PlanInfo> {
-        let mut info = sys::ssu_plan_info_init();
-        check(unsafe { sys::ssu_plan_get_info(self.raw, &mut info) })?;
-        Ok(PlanInfo {
-            backend: Backend::from_raw(info.backend),
-            algorithm: Algorithm::from_raw(info.algorithm),
-            algorithm_name: unsafe { cstr(info.algorithm_name) },
-        })
+        self.raw.info()
     }
 
     /// Runs the update on `args` (which must fit the plan) on the legacy
     /// default stream. The CPU backend runs it synchronously.
     pub fn execute(&self, args: &mut UpdateArgs<'_>) -> Result<()> {
-        let c_args = args.c_args();
-        check(unsafe { sys::ssu_plan_execute_update(self.raw, &c_args.args, std::ptr::null_mut()) })
+        self.execute_on(args, Stream::DEFAULT)
     }
 
     /// Runs the update on a CUDA stream (asynchronously). The borrowed host
@@ -610,20 +697,82 @@ impl Plan<'_> {
     /// given through `from_raw` must stay valid until the stream is done.
     pub fn execute_on(&self, args: &mut UpdateArgs<'_>, stream: Stream) -> Result<()> {
         let c_args = args.c_args();
-        check(unsafe { sys::ssu_plan_execute_update(self.raw, &c_args.args, stream.0) })
+        check(unsafe { sys::ssu_plan_execute_update(self.raw.0, &c_args.args, stream.0) })
     }
 
     /// The raw handle (still owned by `self`).
     pub fn as_raw(&self) -> sys::ssu_plan_t {
-        self.raw
+        self.raw.0
     }
 }
 
-impl Drop for Plan<'_> {
-    fn drop(&mut self) {
-        unsafe {
-            sys::ssu_plan_destroy(self.raw);
-        }
+/// A validated Mamba-3 decode-step configuration; destroyed on drop.
+pub struct Mamba3StepPlan<'ctx> {
+    raw: RawPlan,
+    _ctx: PhantomData<&'ctx Context>,
+}
+
+unsafe impl Send for Mamba3StepPlan<'_> {}
+unsafe impl Sync for Mamba3StepPlan<'_> {}
+
+impl Mamba3StepPlan<'_> {
+    /// Backend and algorithm of the plan.
+    pub fn info(&self) -> Result<PlanInfo> {
+        self.raw.info()
+    }
+
+    /// Runs the step on `args` (which must fit the plan) on the legacy
+    /// default stream; synchronously on the CPU.
+    pub fn execute(&self, args: &mut Mamba3StepArgs<'_>) -> Result<()> {
+        self.execute_on(args, Stream::DEFAULT)
+    }
+
+    /// Runs the step on a CUDA stream (see [`Plan::execute_on`]).
+    pub fn execute_on(&self, args: &mut Mamba3StepArgs<'_>, stream: Stream) -> Result<()> {
+        let pool = Box::new(args.pool);
+        let mut c = args.args;
+        c.pool = &*pool;
+        check(unsafe { sys::ssu_plan_execute_mamba3_step(self.raw.0, &c, stream.0) })
+    }
+
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::ssu_plan_t {
+        self.raw.0
+    }
+}
+
+/// A validated Mamba-3 rotary-step configuration; destroyed on drop.
+pub struct Mamba3RotaryPlan<'ctx> {
+    raw: RawPlan,
+    _ctx: PhantomData<&'ctx Context>,
+}
+
+unsafe impl Send for Mamba3RotaryPlan<'_> {}
+unsafe impl Sync for Mamba3RotaryPlan<'_> {}
+
+impl Mamba3RotaryPlan<'_> {
+    /// Backend and algorithm of the plan.
+    pub fn info(&self) -> Result<PlanInfo> {
+        self.raw.info()
+    }
+
+    /// Runs the rotary step on `args` (which must fit the plan) on the
+    /// legacy default stream; synchronously on the CPU.
+    pub fn execute(&self, args: &mut Mamba3RotaryArgs<'_>) -> Result<()> {
+        self.execute_on(args, Stream::DEFAULT)
+    }
+
+    /// Runs the rotary step on a CUDA stream (see [`Plan::execute_on`]).
+    pub fn execute_on(&self, args: &mut Mamba3RotaryArgs<'_>, stream: Stream) -> Result<()> {
+        let pool = Box::new(args.pool);
+        let mut c = args.args;
+        c.pool = &*pool;
+        check(unsafe { sys::ssu_plan_execute_mamba3_rotary(self.raw.0, &c, stream.0) })
+    }
+
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::ssu_plan_t {
+        self.raw.0
     }
 }
 
@@ -727,6 +876,40 @@ impl<'a> UpdateArgs<'a> {
         }
         self
     }
+    /// The decode scales `(S, H, P)` f32 of an int16 state pool: required
+    /// with an i16 `state`, refused otherwise. Every store rewrites the
+    /// stored rows' scales.
+    pub fn state_scale(mut self, t: TensorMut<'a>) -> Self {
+        self.pool.state_scale = t.raw;
+        self
+    }
+    /// The scales `(I, T, H, P)` f32 of an int16 intermediate buffer
+    /// (required with an i16 state and intermediate states).
+    pub fn intermediate_scales(mut self, t: TensorMut<'a>) -> Self {
+        self.args.intermediate_scales = t.raw;
+        self
+    }
+    /// Stochastic rounding of f16 / bf16 state stores with this host seed
+    /// (CPU backend), read when the update runs: advance it between calls
+    /// with [`Context::advance_seed`].
+    pub fn rounding_seed(mut self, seed: &'a std::cell::Cell<u64>) -> Self {
+        self.args.rounding_seed = seed.as_ptr();
+        self
+    }
+    /// Stochastic rounding with a seed in raw memory (a device word for
+    /// the CUDA backend), read when the kernel runs.
+    ///
+    /// # Safety
+    /// `seed` must stay valid until the work that reads it is complete.
+    pub unsafe fn rounding_seed_raw(mut self, seed: *const u64) -> Self {
+        self.args.rounding_seed = seed;
+        self
+    }
+    /// Philox rounds of stochastic rounding, 1..=32 (0, the default, means 10).
+    pub fn rounding_rounds(mut self, rounds: u32) -> Self {
+        self.args.rounding_rounds = rounds;
+        self
+    }
     /// dt = softplus(dt + dt_bias).
     pub fn dt_softplus(mut self, on: bool) -> Self {
         self.set_flag(sys::SSU_UPDATE_DT_SOFTPLUS as u32, on);
@@ -757,10 +940,213 @@ impl<'a> UpdateArgs<'a> {
     }
 
     fn set_flag(&mut self, bit: u32, on: bool) {
-        if on {
-            self.args.flags |= bit;
-        } else {
-            self.args.flags &= !bit;
-        }
+        set_bit(&mut self.args.flags, bit, on);
+    }
+}
+
+fn set_bit(flags: &mut u32, bit: u32, on: bool) {
+    if on {
+        *flags |= bit;
+    } else {
+        *flags &= !bit;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Mamba-3 step arguments
+// ---------------------------------------------------------------------------
+
+/// The arguments of a Mamba-3 decode step (see `ssu_mamba3_step_args_t` in
+/// ssu.h): pools `state (S, H, P, N)`, `prev_B (S, R, H, N)`,
+/// `prev_x (S, H, P)`; per call `A, dt, trap (Bt, H)`, `B, C (Bt, R, H, N)`,
+/// `x (Bt, H, P)`, `xproj (R, H, P)` and `out` (`(Bt, H, P)` with
+/// `outproj`, `(Bt, R, H, P)` without).
+pub struct Mamba3StepArgs<'a> {
+    pool: sys::ssu_state_pool_t,
+    args: sys::ssu_mamba3_step_args_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> Mamba3StepArgs<'a> {
+    /// The required pools and tensors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        state: TensorMut<'a>,
+        prev_b: TensorMut<'a>,
+        prev_x: TensorMut<'a>,
+        a: Tensor<'a>,
+        dt: Tensor<'a>,
+        trap: Tensor<'a>,
+        b: Tensor<'a>,
+        c: Tensor<'a>,
+        x: Tensor<'a>,
+        xproj: Tensor<'a>,
+        out: TensorMut<'a>,
+    ) -> Mamba3StepArgs<'a> {
+        let mut pool = sys::ssu_state_pool_init();
+        pool.state = state.raw;
+        pool.prev_B = prev_b.raw;
+        pool.prev_x = prev_x.raw;
+        let mut args = sys::ssu_mamba3_step_args_init();
+        args.A = a.raw;
+        args.dt = dt.raw;
+        args.trap = trap.raw;
+        args.B = b.raw;
+        args.C = c.raw;
+        args.x = x.raw;
+        args.xproj = xproj.raw;
+        args.out = out.raw;
+        Mamba3StepArgs { pool, args, _borrow: PhantomData }
+    }
+    /// Skip weight D `(H,)`.
+    pub fn d(mut self, t: Tensor<'a>) -> Self {
+        self.args.D = t.raw;
+        self
+    }
+    /// Gate z `(Bt, H, P)` with its projection `zproj (R, H, P)`; needs
+    /// [`outproj`](Self::outproj).
+    pub fn z(mut self, z: Tensor<'a>, zproj: Tensor<'a>) -> Self {
+        self.args.z = z.raw;
+        self.args.zproj = zproj.raw;
+        self
+    }
+    /// Output projection `(R, H, P)`: sums the ranks into `out (Bt, H, P)`.
+    pub fn outproj(mut self, t: Tensor<'a>) -> Self {
+        self.args.outproj = t.raw;
+        self
+    }
+    /// Source slots `(Bt,)`, int32 or int64 (absent: slot b).
+    pub fn src_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.src_index = t.raw;
+        self
+    }
+    /// Destination slots `(Bt,)` (absent: the source slots).
+    pub fn dst_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.dst_index = t.raw;
+        self
+    }
+    /// Store this step's B and x to `prev_B` / `prev_x` of the dst slots.
+    pub fn update_prev(mut self, on: bool) -> Self {
+        set_bit(&mut self.args.flags, sys::SSU_MAMBA3_UPDATE_PREV as u32, on);
+        self
+    }
+    /// An additional slot value that marks padding (default -1).
+    pub fn pad_slot_id(mut self, id: i64) -> Self {
+        self.args.pad_slot_id = id;
+        self
+    }
+    /// A device word the CUDA backend ORs `SSU_ERROR_BIT_*` into.
+    ///
+    /// # Safety
+    /// `word` must be a device pointer valid until the work completes.
+    pub unsafe fn error_word(mut self, word: *mut u32) -> Self {
+        self.args.error_word = word;
+        self
+    }
+    /// Raw flag bits.
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.args.flags = flags;
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Mamba-3 rotary arguments
+// ---------------------------------------------------------------------------
+
+/// The arguments of a Mamba-3 rotary step (see `ssu_mamba3_rotary_args_t`
+/// in ssu.h): the pool `angle_state (S, H, Sa)` f32, `angle_rate (Bt, H, Sa)`,
+/// `dt (Bt, H)`, `q, k (Bt, R, H, N)` and the outputs `q_out`, `k_out`.
+pub struct Mamba3RotaryArgs<'a> {
+    pool: sys::ssu_state_pool_t,
+    args: sys::ssu_mamba3_rotary_args_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> Mamba3RotaryArgs<'a> {
+    /// Rotates `q`, `k` into separate outputs `q_out`, `k_out`.
+    pub fn new(
+        angle_state: TensorMut<'a>,
+        angle_rate: Tensor<'a>,
+        dt: Tensor<'a>,
+        q: Tensor<'a>,
+        k: Tensor<'a>,
+        q_out: TensorMut<'a>,
+        k_out: TensorMut<'a>,
+    ) -> Mamba3RotaryArgs<'a> {
+        let mut pool = sys::ssu_state_pool_init();
+        pool.angle_state = angle_state.raw;
+        let mut args = sys::ssu_mamba3_rotary_args_init();
+        args.angle_rate = angle_rate.raw;
+        args.dt = dt.raw;
+        args.q = q.raw;
+        args.k = k.raw;
+        args.q_out = q_out.raw;
+        args.k_out = k_out.raw;
+        Mamba3RotaryArgs { pool, args, _borrow: PhantomData }
+    }
+    /// Rotates `q` and `k` in place.
+    pub fn in_place(
+        angle_state: TensorMut<'a>,
+        angle_rate: Tensor<'a>,
+        dt: Tensor<'a>,
+        q: TensorMut<'a>,
+        k: TensorMut<'a>,
+    ) -> Mamba3RotaryArgs<'a> {
+        let (qr, kr) = (q.raw, k.raw);
+        let mut pool = sys::ssu_state_pool_init();
+        pool.angle_state = angle_state.raw;
+        let mut args = sys::ssu_mamba3_rotary_args_init();
+        args.angle_rate = angle_rate.raw;
+        args.dt = dt.raw;
+        args.q = qr;
+        args.k = kr;
+        args.q_out = qr;
+        args.k_out = kr;
+        Mamba3RotaryArgs { pool, args, _borrow: PhantomData }
+    }
+    /// Bias `(R, H, N)` added to q before the rotation.
+    pub fn q_bias(mut self, t: Tensor<'a>) -> Self {
+        self.args.q_bias = t.raw;
+        self
+    }
+    /// Bias `(R, H, N)` added to k before the rotation.
+    pub fn k_bias(mut self, t: Tensor<'a>) -> Self {
+        self.args.k_bias = t.raw;
+        self
+    }
+    /// Rotate the pairs `(i, i + N/2)` (MIMO convention) instead of
+    /// `(2i, 2i + 1)`.
+    pub fn halved(mut self, on: bool) -> Self {
+        set_bit(&mut self.args.flags, sys::SSU_MAMBA3_ROTARY_HALVED as u32, on);
+        self
+    }
+    /// Source slots `(Bt,)`, int32 or int64 (absent: slot b).
+    pub fn src_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.src_index = t.raw;
+        self
+    }
+    /// Destination slots `(Bt,)` (absent: the source slots).
+    pub fn dst_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.dst_index = t.raw;
+        self
+    }
+    /// An additional slot value that marks padding (default -1).
+    pub fn pad_slot_id(mut self, id: i64) -> Self {
+        self.args.pad_slot_id = id;
+        self
+    }
+    /// A device word the CUDA backend ORs `SSU_ERROR_BIT_*` into.
+    ///
+    /// # Safety
+    /// `word` must be a device pointer valid until the work completes.
+    pub unsafe fn error_word(mut self, word: *mut u32) -> Self {
+        self.args.error_word = word;
+        self
+    }
+    /// Raw flag bits.
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.args.flags = flags;
+        self
     }
 }
