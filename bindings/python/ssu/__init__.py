@@ -15,14 +15,22 @@ Keyword arguments are the fields of ssu_update_args_t (see ssu.h), plus
 ``state`` / ``state_scale`` for the pool and ``dt_softplus`` /
 ``disable_state_update`` for the flags. bf16 data in numpy: pass a uint16
 array as ``ssu.tensor(array, dtype="bf16")``.
+
+The Mamba-3 decode step and rotary step follow the same pattern:
+``ctx.plan_mamba3_step(state=..., prev_B=..., prev_x=..., A=..., ...)`` and
+``ctx.plan_mamba3_rotary(angle_state=..., angle_rate=..., dt=..., q=..., ...)``.
+Stochastic rounding of f16/bf16 states takes ``rounding_seed``, a
+one-element uint64 array the library reads when the update runs;
+``ctx.advance_seed(seed, increment)`` advances it.
 """
 
 from . import _lib
-from ._api import BoundUpdate, Context, Plan, SsuError
+from ._api import BoundUpdate, Context, Plan, SsuError, advance_seed
 from ._tensor import dtype_code, tensor
 
 __all__ = ["Context", "Plan", "BoundUpdate", "SsuError", "tensor", "dtype_code",
-           "version", "version_string", "library_path", "status_string"]
+           "advance_seed", "version", "version_string", "library_path", "status_string",
+           "struct_size"]
 __version__ = "0.2.0"
 
 library_path = _lib.lib_path
@@ -40,3 +48,12 @@ def version_string():
 def status_string(status):
     """The library's text for a status code."""
     return _lib.lib.ssu_status_string(int(status)).decode()
+
+
+def struct_size(name):
+    """sizeof() of a libssu struct as the loaded library knows it, by name:
+    "tensor", "state_pool", "context_options", "plan_options", "plan_info",
+    "update_args", "mamba3_step_args", "mamba3_rotary_args"."""
+    ids = {"tensor": 1, "state_pool": 2, "context_options": 3, "plan_options": 4,
+           "plan_info": 5, "update_args": 6, "mamba3_step_args": 7, "mamba3_rotary_args": 8}
+    return _lib.lib.ssu_struct_size(ids[name])

@@ -4,7 +4,7 @@ import ctypes
 import weakref
 
 from . import _lib
-from ._tensor import describe
+from ._tensor import describe, tensor
 
 _L = _lib.lib
 
@@ -38,10 +38,50 @@ _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
 _ALGORITHMS = {"auto": _lib.ALGORITHM_AUTO, "cpu_rows": _lib.ALGORITHM_CPU_ROWS,
                "cuda_simple": _lib.ALGORITHM_CUDA_SIMPLE, "cuda_tma": _lib.ALGORITHM_CUDA_TMA}
 
-# Arguments of an update: the tensors the library writes, and the others.
-_WRITTEN = frozenset(("state", "out", "intermediate_states"))
-_OPTION_ARGS = ("dt_softplus", "disable_state_update", "pad_slot_id", "max_tokens",
-                "error_word", "flags")
+class _Op:
+    """One kind of operation: its C argument struct, where each keyword
+    argument goes, which tensors the library writes, and its entry points."""
+
+    def __init__(self, kind, what, struct, tensor_fields, pool_fields, written, flag_args,
+                 int_args, create, execute):
+        self.kind = kind
+        self.what = what
+        self.struct = struct
+        self.written = frozenset(written)
+        self.flag_args = flag_args            # keyword -> flag bit
+        self.int_args = frozenset(int_args)   # plain integer fields
+        self.create = create
+        self.execute_name = execute
+        # Where each tensor lives: (in the pool struct?, byte offset).
+        self.where = dict([(n, (True, getattr(_lib.ssu_state_pool_t, n).offset))
+                           for n in pool_fields]
+                          + [(n, (False, getattr(struct, n).offset)) for n in tensor_fields])
+
+
+_UPDATE = _Op(
+    "update", "update", _lib.ssu_update_args_t,
+    _lib.UPDATE_TENSOR_FIELDS + ("intermediate_scales",), ("state", "state_scale"),
+    ("state", "state_scale", "out", "intermediate_states", "intermediate_scales"),
+    {"dt_softplus": _lib.UPDATE_DT_SOFTPLUS,
+     "disable_state_update": _lib.UPDATE_DISABLE_STATE_UPDATE},
+    ("pad_slot_id", "max_tokens", "rounding_rounds"),
+    "ssu_plan_create_update", "ssu_plan_execute_update")
+
+_MAMBA3_STEP = _Op(
+    "mamba3_step", "Mamba-3 step", _lib.ssu_mamba3_step_args_t,
+    _lib.MAMBA3_STEP_TENSOR_FIELDS, ("state", "prev_B", "prev_x"),
+    ("state", "prev_B", "prev_x", "out"),
+    {"update_prev": _lib.MAMBA3_UPDATE_PREV},
+    ("pad_slot_id",),
+    "ssu_plan_create_mamba3_step", "ssu_plan_execute_mamba3_step")
+
+_MAMBA3_ROTARY = _Op(
+    "mamba3_rotary", "Mamba-3 rotary", _lib.ssu_mamba3_rotary_args_t,
+    _lib.MAMBA3_ROTARY_TENSOR_FIELDS, ("angle_state",),
+    ("angle_state", "q_out", "k_out"),
+    {"halved": _lib.MAMBA3_ROTARY_HALVED},
+    ("pad_slot_id",),
+    "ssu_plan_create_mamba3_rotary", "ssu_plan_execute_mamba3_rotary")
 
 
 def _stream_int(stream):
@@ -135,35 +175,102 @@ class Context(_Handle):
         """Validates the arguments of an update and creates a Plan for
         updates of their kind (see ssu.h: everything but data pointers,
         strides, the batch size and the pool's slot count is fixed)."""
-        return Plan(self, args, algorithm)
+        return Plan(self, args, algorithm, _UPDATE)
 
-    def update(self, stream=0, **args):
-        """Plans and runs one update. A serving loop should keep the Plan
-        (or a BoundUpdate) instead: planning validates everything again."""
-        plan = Plan(self, args, "auto")
+    def plan_mamba3_step(self, algorithm="auto", **args):
+        """Validates the arguments of a Mamba-3 decode step and creates a
+        Plan for steps of their kind (ssu_mamba3_step_args_t)."""
+        return Plan(self, args, algorithm, _MAMBA3_STEP)
+
+    def plan_mamba3_rotary(self, algorithm="auto", **args):
+        """Validates the arguments of a Mamba-3 rotary step and creates a
+        Plan for rotary steps of their kind (ssu_mamba3_rotary_args_t)."""
+        return Plan(self, args, algorithm, _MAMBA3_ROTARY)
+
+    def _once(self, op, stream, args):
+        plan = Plan(self, args, "auto", op)
         try:
             plan.execute(stream=stream, **args)
         finally:
             plan.close()
+
+    def update(self, stream=0, **args):
+        """Plans and runs one update. A serving loop should keep the Plan
+        (or a BoundUpdate) instead: planning validates everything again."""
+        self._once(_UPDATE, stream, args)
+
+    def mamba3_step(self, stream=0, **args):
+        """Plans and runs one Mamba-3 step (see update())."""
+        self._once(_MAMBA3_STEP, stream, args)
+
+    def mamba3_rotary(self, stream=0, **args):
+        """Plans and runs one Mamba-3 rotary step (see update())."""
+        self._once(_MAMBA3_ROTARY, stream, args)
+
+    def advance_seed(self, seed, increment=1, stream=0):
+        """Adds `increment` (wrapping) to the uint64 in `seed`, a one-element
+        uint64 (or int64) array in the context's memory (host for the CPU,
+        which updates it before returning; device for CUDA, where this is
+        one kernel launch on `stream` that a CUDA graph can capture)."""
+        s = _stream_int(stream)
+        keep = []
+        ptr = _seed_pointer(self, seed, "seed", True, s, keep)
+        _check(_L.ssu_advance_seed(self.handle, ptr, int(increment) & 0xFFFFFFFFFFFFFFFF, s))
+
+
+def advance_seed(context, seed, increment=1, stream=0):
+    """ssu_advance_seed: see Context.advance_seed."""
+    context.advance_seed(seed, increment, stream)
+
+
+def _check_device(ctx, name, where):
+    if where is None:
+        return
+    kind, dev = where
+    backend = ctx.backend
+    if backend == "cpu" and kind == "cuda":
+        raise ValueError(f"{name} is in CUDA memory but the context runs on the CPU")
+    if backend == "cuda" and kind == "cpu":
+        raise ValueError(f"{name} is in host memory but the context runs on CUDA")
+    if backend == "cuda" and kind == "cuda" and dev is not None and dev != ctx.device:
+        raise ValueError(f"{name} is on CUDA device {dev} but the context uses "
+                         f"device {ctx.device}")
+
+
+def _seed_pointer(ctx, value, what, writable, stream, keep):
+    """The address of a one-element 64-bit array (a rounding seed)."""
+    if isinstance(value, int) or value is None:
+        raise TypeError(f"{what} must be a one-element uint64 array (the library reads and "
+                        f"advances it in memory), not {type(value).__name__}")
+    t = _lib.ssu_tensor_t()
+    try:
+        where = describe(tensor(value, "i64") if type(value) is not tensor else value,
+                         t, 0, what, writable, stream, keep)
+    except TypeError as e:
+        raise TypeError(f"{what} must hold one 64-bit integer (uint64 or int64): {e}") from None
+    if t.dtype != _lib.DTYPE_I64:
+        raise TypeError(f"{what} must hold 64-bit integers (uint64 or int64)")
+    count = 1
+    for d in range(t.ndim):
+        count *= t.shape[d]
+    if count != 1:
+        raise ValueError(f"{what} must have exactly one element, got shape "
+                         f"{tuple(t.shape[:t.ndim])}")
+    _check_device(ctx, what, where)
+    return t.data
 
 
 class _Args:
     """The C argument structs for one set of Python arguments, plus the
     objects that must stay alive while the library reads them."""
 
-    __slots__ = ("ctx", "pool", "args", "keep", "stream", "ref")
+    __slots__ = ("ctx", "op", "pool", "args", "keep", "stream", "ref")
 
-    # Where each tensor lives: (which struct, byte offset).
-    _WHERE = dict([("state", (True, _lib.ssu_state_pool_t.state.offset)),
-                   ("state_scale", (True, _lib.ssu_state_pool_t.state_scale.offset))]
-                  + [(n, (False, getattr(_lib.ssu_update_args_t, n).offset))
-                     for n in _lib.UPDATE_TENSOR_FIELDS])
-
-    def __init__(self, ctx, kwargs, stream):
+    def __init__(self, ctx, kwargs, stream, op=_UPDATE):
         self.ctx = ctx
+        self.op = op
         self.pool = _lib.ssu_state_pool_t(struct_size=ctypes.sizeof(_lib.ssu_state_pool_t))
-        self.args = _lib.ssu_update_args_t(struct_size=ctypes.sizeof(_lib.ssu_update_args_t),
-                                           pad_slot_id=-1)
+        self.args = op.struct(struct_size=ctypes.sizeof(op.struct), pad_slot_id=-1)
         self.args.pool = ctypes.pointer(self.pool)
         self.keep = {}
         self.stream = stream
@@ -172,30 +279,43 @@ class _Args:
 
     def set(self, kwargs):
         a = self.args
+        op = self.op
         for name, value in kwargs.items():
-            if name in _OPTION_ARGS:
-                if name == "dt_softplus":
-                    a.flags = (a.flags | _lib.UPDATE_DT_SOFTPLUS) if value else \
-                        (a.flags & ~_lib.UPDATE_DT_SOFTPLUS)
-                elif name == "disable_state_update":
-                    a.flags = (a.flags | _lib.UPDATE_DISABLE_STATE_UPDATE) if value else \
-                        (a.flags & ~_lib.UPDATE_DISABLE_STATE_UPDATE)
-                elif name == "flags":
-                    a.flags = int(value)
-                elif name == "error_word":
-                    self._set_error_word(value)
-                else:
-                    setattr(a, name, int(value))
+            bit = op.flag_args.get(name)
+            if bit is not None:
+                a.flags = (a.flags | bit) if value else (a.flags & ~bit)
+                continue
+            if name in op.int_args:
+                setattr(a, name, int(value))
+                continue
+            if name == "flags":
+                a.flags = int(value)
+                continue
+            if name == "error_word":
+                self._set_error_word(value)
+                continue
+            if name == "rounding_seed" and op is _UPDATE:
+                self._set_seed(value)
                 continue
             try:
-                in_pool, off = self._WHERE[name]
+                in_pool, off = op.where[name]
             except KeyError:
-                raise TypeError(f"unknown update argument {name!r}") from None
+                raise TypeError(f"unknown {op.what} argument {name!r}") from None
             keep = []
-            where = describe(value, self.pool if in_pool else a, off, name, name in _WRITTEN,
+            where = describe(value, self.pool if in_pool else a, off, name, name in op.written,
                              self.stream, keep)
-            self._check_device(name, where)
+            _check_device(self.ctx, name, where)
             self.keep[name] = keep
+
+    def _set_seed(self, value):
+        if value is None:
+            self.args.rounding_seed = None
+            self.keep.pop("rounding_seed", None)
+            return
+        keep = []
+        self.args.rounding_seed = _seed_pointer(self.ctx, value, "rounding_seed", False,
+                                                self.stream, keep)
+        self.keep["rounding_seed"] = keep
 
     def _set_error_word(self, value):
         if value is None:
@@ -213,25 +333,17 @@ class _Args:
         self.args.error_word = t.data
         self.keep["error_word"] = keep
 
-    def _check_device(self, name, where):
-        if where is None:
-            return
-        kind, dev = where
-        backend = self.ctx.backend
-        if backend == "cpu" and kind == "cuda":
-            raise ValueError(f"{name} is in CUDA memory but the context runs on the CPU")
-        if backend == "cuda" and kind == "cpu":
-            raise ValueError(f"{name} is in host memory but the context runs on CUDA")
-        if backend == "cuda" and kind == "cuda" and dev is not None and dev != self.ctx.device:
-            raise ValueError(f"{name} is on CUDA device {dev} but the context uses "
-                             f"device {self.ctx.device}")
-
 
 class Plan(_Handle):
-    """A validated update configuration. Create with Context.plan_update()."""
+    """A validated configuration of one operation: create it with
+    Context.plan_update(), plan_mamba3_step() or plan_mamba3_rotary().
+    ``kind`` names the operation ("update", "mamba3_step", "mamba3_rotary")."""
 
-    def __init__(self, ctx, args, algorithm="auto"):
+    def __init__(self, ctx, args, algorithm="auto", op=_UPDATE):
         self.context = ctx
+        self._op = op
+        self.kind = op.kind
+        self._execute = getattr(_L, op.execute_name)
         if isinstance(algorithm, str):
             try:
                 algorithm = _ALGORITHMS[algorithm.lower()]
@@ -240,10 +352,10 @@ class Plan(_Handle):
                                  f"{', '.join(_ALGORITHMS)}") from None
         opts = _lib.ssu_plan_options_t(struct_size=ctypes.sizeof(_lib.ssu_plan_options_t),
                                        algorithm=algorithm)
-        built = _Args(ctx, args, 0)
+        built = _Args(ctx, args, 0, op)
         handle = ctypes.c_void_p()
-        _check(_L.ssu_plan_create_update(ctx.handle, built.ref, ctypes.byref(opts),
-                                         ctypes.byref(handle)))
+        _check(getattr(_L, op.create)(ctx.handle, built.ref, ctypes.byref(opts),
+                                      ctypes.byref(handle)))
         self._handle = handle.value
         ctx._plans.add(self)
         info = _lib.ssu_plan_info_t(struct_size=ctypes.sizeof(_lib.ssu_plan_info_t))
@@ -262,14 +374,14 @@ class Plan(_Handle):
         _L.ssu_plan_destroy(self._handle)
 
     def __repr__(self):
-        return f"ssu.Plan({self.backend}, {self.algorithm_name})"
+        return f"ssu.Plan({self.kind}, {self.backend}, {self.algorithm_name})"
 
     def execute(self, stream=0, **args):
-        """Runs the update on `args` (which must fit the plan) on `stream`
+        """Runs the operation on `args` (which must fit the plan) on `stream`
         (CPU: synchronously). Raises SsuError on failure."""
         s = _stream_int(stream)
-        built = _Args(self.context, args, s)
-        _check(_L.ssu_plan_execute_update(self.handle, built.ref, s))
+        built = _Args(self.context, args, s, self._op)
+        _check(self._execute(self.handle, built.ref, s))
 
     def bind(self, stream=0, **args):
         """Describes `args` once and returns a BoundUpdate whose call runs
@@ -278,28 +390,32 @@ class Plan(_Handle):
 
 
 class BoundUpdate:
-    """A plan with its argument struct built once: calling it costs one
-    ctypes call. The described arrays stay referenced (alive) by this
-    object. Replace arrays with set(), or only their data pointers with
-    set_data_ptr() (same shapes, strides and dtypes; e.g. the next step's
-    tensors from a preallocated ring, or tensor.data_ptr())."""
+    """A plan (of any operation) with its argument struct built once:
+    calling it costs one ctypes call. The described arrays stay referenced
+    (alive) by this object. Replace arrays with set(), or only their data
+    pointers with set_data_ptr() (same shapes, strides and dtypes; e.g. the
+    next step's tensors from a preallocated ring, or tensor.data_ptr())."""
 
     __slots__ = ("plan", "_args", "_execute", "_handle", "_ref", "_stream", "_ptrs")
 
     def __init__(self, plan, args, stream):
         self.plan = plan
-        self._args = _Args(plan.context, args, stream)
-        self._execute = _L.ssu_plan_execute_update
+        self._args = _Args(plan.context, args, stream, plan._op)
+        self._execute = plan._execute
         self._handle = plan.handle
         self._ref = self._args.ref
         self._stream = stream
         # One c_void_p view per data field, made once: a swap is one store.
         self._ptrs = {
             name: ctypes.c_void_p.from_buffer(self._args.pool if in_pool else self._args.args, off)
-            for name, (in_pool, off) in _Args._WHERE.items()}
+            for name, (in_pool, off) in plan._op.where.items()}
+        for name in ("rounding_seed", "error_word"):
+            if hasattr(plan._op.struct, name):
+                self._ptrs[name] = ctypes.c_void_p.from_buffer(
+                    self._args.args, getattr(plan._op.struct, name).offset)
 
     def __call__(self, stream=None):
-        """Runs the update; `stream` defaults to the one given to bind()."""
+        """Runs the operation; `stream` defaults to the one given to bind()."""
         status = self._execute(self._handle, self._ref,
                                self._stream if stream is None else stream)
         if status:
@@ -313,7 +429,8 @@ class BoundUpdate:
 
     def set_data_ptr(self, **ptrs):
         """Replaces only data pointers (integers), keeping every shape,
-        stride and dtype. The caller keeps the memory alive."""
+        stride and dtype; rounding_seed and error_word take addresses too.
+        The caller keeps the memory alive."""
         views = self._ptrs
         for name, ptr in ptrs.items():
             views[name].value = ptr

@@ -6,7 +6,7 @@ The library is looked up, in order, at
   3. the system's search path (ctypes.util.find_library, then libssu.so.0).
 
 At import the ctypes struct declarations are checked against the layout
-that ssu.h 0.1 defines on 64-bit platforms (sizes and field offsets, the
+that ssu.h 0.2 defines on 64-bit platforms (sizes and field offsets, the
 same numbers the Rust bindings' bindgen layout tests assert), and the
 library's version is checked against the header version these declarations
 were written for (same major, at least as new): a mismatch raises ImportError instead of
@@ -22,7 +22,7 @@ import os
 # Constants (ssu.h)
 # ---------------------------------------------------------------------------
 
-HEADER_VERSION = (0, 1, 0)
+HEADER_VERSION = (0, 2, 0)
 MAX_DIMS = 6
 
 SUCCESS = 0
@@ -76,6 +76,9 @@ UPDATE_DISABLE_STATE_UPDATE = 0x2
 ERROR_BIT_INDEX = 0x1
 ERROR_BIT_SEQLEN = 0x2
 
+MAMBA3_UPDATE_PREV = 0x1
+MAMBA3_ROTARY_HALVED = 0x1
+
 # ---------------------------------------------------------------------------
 # Structs
 # ---------------------------------------------------------------------------
@@ -97,6 +100,10 @@ class ssu_state_pool_t(ctypes.Structure):
         ("reserved0", ctypes.c_uint32),
         ("state", ssu_tensor_t),
         ("state_scale", ssu_tensor_t),
+        # 0.2
+        ("prev_B", ssu_tensor_t),
+        ("prev_x", ssu_tensor_t),
+        ("angle_state", ssu_tensor_t),
     ]
 
 
@@ -144,31 +151,94 @@ class ssu_update_args_t(ctypes.Structure):
             ("pool", ctypes.POINTER(ssu_state_pool_t)),
         ]
         + [(name, ssu_tensor_t) for name in UPDATE_TENSOR_FIELDS]
+        + [("error_word", ctypes.c_void_p),
+           # 0.2
+           ("intermediate_scales", ssu_tensor_t),
+           ("rounding_seed", ctypes.c_void_p),
+           ("rounding_rounds", ctypes.c_uint32),
+           ("reserved1", ctypes.c_uint32)]
+    )
+
+
+MAMBA3_STEP_TENSOR_FIELDS = (
+    "A", "dt", "trap", "B", "C", "x", "D", "xproj", "z", "zproj", "outproj", "out",
+    "src_index", "dst_index",
+)
+
+
+class ssu_mamba3_step_args_t(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_uint32),
+            ("flags", ctypes.c_uint32),
+            ("pad_slot_id", ctypes.c_int64),
+            ("pool", ctypes.POINTER(ssu_state_pool_t)),
+        ]
+        + [(name, ssu_tensor_t) for name in MAMBA3_STEP_TENSOR_FIELDS]
         + [("error_word", ctypes.c_void_p)]
     )
 
 
-def _update_args_layout():
-    offsets = {"struct_size": 0, "flags": 4, "pad_slot_id": 8, "max_tokens": 16, "pool": 24}
-    off = 32
-    for name in UPDATE_TENSOR_FIELDS:
+MAMBA3_ROTARY_TENSOR_FIELDS = (
+    "angle_rate", "dt", "q", "k", "q_bias", "k_bias", "q_out", "k_out",
+    "src_index", "dst_index",
+)
+
+
+class ssu_mamba3_rotary_args_t(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_uint32),
+            ("flags", ctypes.c_uint32),
+            ("pad_slot_id", ctypes.c_int64),
+            ("pool", ctypes.POINTER(ssu_state_pool_t)),
+        ]
+        + [(name, ssu_tensor_t) for name in MAMBA3_ROTARY_TENSOR_FIELDS]
+        + [("error_word", ctypes.c_void_p)]
+    )
+
+
+def _args_layout(head, tensors, tail=()):
+    """Sizes and offsets of an args struct: `head` (name, offset) pairs, then
+    112-byte tensors, then error_word and the (name, size) fields of `tail`."""
+    offsets = dict(head)
+    off = max(offsets.values()) + 8
+    for name in tensors:
         offsets[name] = off
         off += 112
     offsets["error_word"] = off
-    return off + 8, offsets
+    off += 8
+    for name, size in tail:
+        offsets[name] = off
+        off += size
+    return off, offsets
 
 
-# Sizes and offsets of ssu.h 0.1 on LP64 platforms (x86-64, aarch64 Linux).
+def _update_args_layout():
+    return _args_layout(
+        (("struct_size", 0), ("flags", 4), ("pad_slot_id", 8), ("max_tokens", 16), ("pool", 24)),
+        UPDATE_TENSOR_FIELDS,
+        (("intermediate_scales", 112), ("rounding_seed", 8), ("rounding_rounds", 4),
+         ("reserved1", 4)))
+
+
+_OP_HEAD = (("struct_size", 0), ("flags", 4), ("pad_slot_id", 8), ("pool", 16))
+
+
+# Sizes and offsets of ssu.h 0.2 on LP64 platforms (x86-64, aarch64 Linux).
 # tests/test_layout.py cross-checks these against the layout tests that
 # bindgen derived from the header (bindings/rust/ssu-sys/src/bindings.rs).
 EXPECTED_LAYOUT = {
     ssu_tensor_t: (112, {"data": 0, "dtype": 8, "ndim": 12, "shape": 16, "strides": 64}),
-    ssu_state_pool_t: (232, {"struct_size": 0, "reserved0": 4, "state": 8, "state_scale": 120}),
+    ssu_state_pool_t: (568, {"struct_size": 0, "reserved0": 4, "state": 8, "state_scale": 120,
+                             "prev_B": 232, "prev_x": 344, "angle_state": 456}),
     ssu_context_options_t: (16, {"struct_size": 0, "backend": 4, "device_ordinal": 8, "num_threads": 12}),
     ssu_plan_options_t: (8, {"struct_size": 0, "algorithm": 4}),
     ssu_plan_info_t: (24, {"struct_size": 0, "backend": 4, "algorithm": 8, "reserved0": 12,
                            "algorithm_name": 16}),
     ssu_update_args_t: _update_args_layout(),
+    ssu_mamba3_step_args_t: _args_layout(_OP_HEAD, MAMBA3_STEP_TENSOR_FIELDS),
+    ssu_mamba3_rotary_args_t: _args_layout(_OP_HEAD, MAMBA3_ROTARY_TENSOR_FIELDS),
 }
 
 
@@ -248,6 +318,16 @@ def declare(lib):
         "ssu_plan_destroy": ([vp], i32),
         "ssu_plan_get_info": ([vp, ctypes.POINTER(ssu_plan_info_t)], i32),
         "ssu_plan_execute_update": ([vp, ctypes.POINTER(ssu_update_args_t), vp], i32),
+        "ssu_advance_seed": ([vp, vp, ctypes.c_uint64, vp], i32),
+        "ssu_plan_create_mamba3_step": ([vp, ctypes.POINTER(ssu_mamba3_step_args_t),
+                                         ctypes.POINTER(ssu_plan_options_t),
+                                         ctypes.POINTER(vp)], i32),
+        "ssu_plan_execute_mamba3_step": ([vp, ctypes.POINTER(ssu_mamba3_step_args_t), vp], i32),
+        "ssu_plan_create_mamba3_rotary": ([vp, ctypes.POINTER(ssu_mamba3_rotary_args_t),
+                                           ctypes.POINTER(ssu_plan_options_t),
+                                           ctypes.POINTER(vp)], i32),
+        "ssu_plan_execute_mamba3_rotary": ([vp, ctypes.POINTER(ssu_mamba3_rotary_args_t), vp],
+                                           i32),
         "ssu_struct_size": ([i32], ctypes.c_size_t),
     }
     for name, (args, res) in sigs.items():
@@ -264,6 +344,8 @@ _STRUCT_IDS = {
     ssu_plan_options_t: 4,
     ssu_plan_info_t: 5,
     ssu_update_args_t: 6,
+    ssu_mamba3_step_args_t: 7,
+    ssu_mamba3_rotary_args_t: 8,
 }
 
 

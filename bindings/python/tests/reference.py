@@ -120,3 +120,84 @@ def update(state, x, dt, A, B, C, D=None, dt_bias=None, z=None, src_index=None,
         if not _is_pad(d_slot, pad_slot_id):
             st[d_slot] = h
     return st, res_out, inter
+
+
+def _silu(v):
+    return v / (1.0 + np.exp(-v))
+
+
+def mamba3_step(state, prev_B, prev_x, A, dt, trap, B, C, x, xproj, D=None, z=None,
+                zproj=None, outproj=None, src_index=None, dst_index=None, update_prev=False,
+                pad_slot_id=-1, out=None):
+    """The Mamba-3 decode step of ssu.h in float64. Returns (state, prev_B,
+    prev_x, out); the pools are copies with the stored rows replaced."""
+    f = lambda a: None if a is None else np.asarray(a, dtype=np.float64)
+    st, pb, px = f(state).copy(), f(prev_B).copy(), f(prev_x).copy()
+    st0, pb0, px0 = f(state), f(prev_B), f(prev_x)
+    A, dt, trap, B, C, x, xproj, D, z, zproj, outproj = map(
+        f, (A, dt, trap, B, C, x, xproj, D, z, zproj, outproj))
+    Bt, R, H, N = B.shape
+    P = x.shape[2]
+    res = np.zeros((Bt, H, P) if outproj is not None else (Bt, R, H, P))
+    for b in range(Bt):
+        s = b if src_index is None else int(src_index[b])
+        if _is_pad(s, pad_slot_id):
+            continue
+        d = s if dst_index is None else int(dst_index[b])
+        alpha = np.exp(A[b] * dt[b])                      # (H,)
+        gamma = trap[b] * dt[b]
+        beta = (1.0 - trap[b]) * dt[b] * alpha
+        # inner[r, h, p, n] = gamma*x*B + beta*xprev*Bprev, weighted by xproj
+        inner = (gamma[None, :, None, None] * x[b][None, :, :, None] * B[b][:, :, None, :]
+                 + beta[None, :, None, None] * px0[s][None, :, :, None]
+                 * pb0[s][:, :, None, :])
+        hnew = alpha[:, None, None] * st0[s] + np.einsum("rhp,rhpn->hpn", xproj, inner)
+        y = np.einsum("hpn,rhn->rhp", hnew, C[b])
+        if D is not None:
+            y = y + D[None, :, None] * x[b][None] * xproj
+        if outproj is not None:
+            if z is not None:
+                y = y * _silu(z[b][None] * zproj)
+            res[b] = np.sum(y * outproj, axis=0)
+        else:
+            res[b] = y
+        if _is_pad(d, pad_slot_id):
+            continue
+        st[d] = hnew
+        if update_prev:
+            pb[d] = B[b]
+            px[d] = x[b]
+    return st, pb, px, res
+
+
+def mamba3_rotary(angle_state, angle_rate, dt, q, k, q_bias=None, k_bias=None,
+                  src_index=None, dst_index=None, halved=False, pad_slot_id=-1):
+    """The Mamba-3 rotary step of ssu.h in float64. Returns (angle_state,
+    q_out, k_out)."""
+    f = lambda a: None if a is None else np.asarray(a, dtype=np.float64)
+    ang0 = f(angle_state)
+    ang = ang0.copy()
+    rate, dt, q, k, q_bias, k_bias = map(f, (angle_rate, dt, q, k, q_bias, k_bias))
+    Bt, R, H, N = q.shape
+    Sa = ang.shape[2]
+    qo, ko = np.zeros_like(q), np.zeros_like(k)
+    i = np.arange(Sa)
+    a_idx, c_idx = (i, i + N // 2) if halved else (2 * i, 2 * i + 1)
+    for b in range(Bt):
+        s = b if src_index is None else int(src_index[b])
+        if _is_pad(s, pad_slot_id):
+            continue
+        d = s if dst_index is None else int(dst_index[b])
+        theta = np.mod(ang0[s] + np.tanh(rate[b]) * np.pi * dt[b][:, None], 2.0 * np.pi)
+        if not _is_pad(d, pad_slot_id):
+            ang[d] = theta
+        cos, sin = np.cos(theta), np.sin(theta)           # (H, Sa)
+        for src, bias, dst in ((q, q_bias, qo), (k, k_bias, ko)):
+            v = src[b] + (bias if bias is not None else 0.0)   # (R, H, N)
+            w = v.copy()
+            va, vc = v[:, :, a_idx], v[:, :, c_idx]
+            w[:, :, a_idx] = va * cos - vc * sin
+            w[:, :, c_idx] = va * sin + vc * cos
+            dst[b] = w
+    return ang, qo, ko
+

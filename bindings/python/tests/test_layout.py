@@ -34,7 +34,9 @@ def test_ctypes_matches_clang():
                "ssu_context_options": _lib.ssu_context_options_t,
                "ssu_plan_options": _lib.ssu_plan_options_t,
                "ssu_plan_info": _lib.ssu_plan_info_t,
-               "ssu_update_args": _lib.ssu_update_args_t}
+               "ssu_update_args": _lib.ssu_update_args_t,
+               "ssu_mamba3_step_args": _lib.ssu_mamba3_step_args_t,
+               "ssu_mamba3_rotary_args": _lib.ssu_mamba3_rotary_args_t}
     assert set(structs) <= set(sizes), f"bindgen layout tests missing: {set(structs) - set(sizes)}"
     for cname, struct in structs.items():
         assert ctypes.sizeof(struct) == sizes[cname], cname
@@ -47,3 +49,17 @@ def test_import_check_matches_ctypes():
     _lib.check_layout()  # what import already ran; a wrong table would raise
     for struct, (size, offs) in _lib.EXPECTED_LAYOUT.items():
         assert ctypes.sizeof(struct) == size
+
+
+def test_library_struct_sizes():
+    """The loaded library's sizeof() of every struct equals the package's."""
+    import ssu
+    names = {"tensor": _lib.ssu_tensor_t, "state_pool": _lib.ssu_state_pool_t,
+             "context_options": _lib.ssu_context_options_t,
+             "plan_options": _lib.ssu_plan_options_t, "plan_info": _lib.ssu_plan_info_t,
+             "update_args": _lib.ssu_update_args_t,
+             "mamba3_step_args": _lib.ssu_mamba3_step_args_t,
+             "mamba3_rotary_args": _lib.ssu_mamba3_rotary_args_t}
+    for name, struct in names.items():
+        assert ssu.struct_size(name) == ctypes.sizeof(struct), name
+    assert _lib.lib.ssu_struct_size(99) == 0
