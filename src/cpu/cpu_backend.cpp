@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "cpu/kernels.h"
+#include "cpu/mamba3.h"
 #include "cpu/sequence.h"
 #include "cpu/thread_pool.h"
 
@@ -116,6 +117,20 @@ class CpuBackend final : public Backend {
       fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %d (%s) does not run on the CPU backend",
            requested, algorithm_name(requested));
     return SSU_ALGORITHM_CPU_ROWS;
+  }
+
+  ssu_algorithm_t plan_mamba3_step(const ssu_mamba3_params&, ssu_algorithm_t requested) override {
+    return plan_update(ssu_update_params{}, requested);
+  }
+  void execute_mamba3_step(const ssu_mamba3_params& p, ssu_algorithm_t, ssu_stream_t) override {
+    cpu::mamba3_step(p, pool_);
+  }
+  ssu_algorithm_t plan_mamba3_rotary(const ssu_rotary_params&,
+                                     ssu_algorithm_t requested) override {
+    return plan_update(ssu_update_params{}, requested);
+  }
+  void execute_mamba3_rotary(const ssu_rotary_params& p, ssu_algorithm_t, ssu_stream_t) override {
+    cpu::mamba3_rotary(p, pool_);
   }
 
   void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t) override {
