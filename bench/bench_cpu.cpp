@@ -1,5 +1,5 @@
-// The CPU side of ssu-bench: host memory, a memcpy ceiling and wall-clock
-// timing of synchronous update calls.
+// The CPU side of ssu-bench: host memory, a memcpy ceiling, per-row memcpy
+// gathers and wall-clock timing of synchronous library calls.
 //
 // The copy ceiling is the better of a single-threaded memcpy and a memcpy
 // split over the context's worker count, each timed on cold buffers (the
@@ -200,32 +200,36 @@ class CpuBenchDevice final : public BenchDevice {
     return best;
   }
 
-  double time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                     int iters) override {
-    return time_calls(plan, calls, iters);
+  double time_ops(const Op& op, size_t n, int iters) override { return time_calls(op, n, iters); }
+
+  // The CPU backend is synchronous: the host time of an operation is its time.
+  double host_time_ops(const Op& op, size_t n, int iters) override {
+    return time_calls(op, n, iters);
   }
 
-  // The CPU backend is synchronous: the host time of a call is its time.
-  double host_time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                          int iters) override {
-    return time_calls(plan, calls, iters);
+  // What an engine does on the CPU: one memcpy per row.
+  void copy_rows(void* dst, const int32_t* dst_index, const void* src, const int32_t* src_index,
+                 size_t row_bytes, int64_t rows, ssu_stream_t) override {
+    for (int64_t i = 0; i < rows; ++i) {
+      const size_t d = size_t(dst_index ? dst_index[i] : i);
+      const size_t s = size_t(src_index ? src_index[i] : i);
+      std::memcpy(static_cast<char*>(dst) + d * row_bytes,
+                  static_cast<const char*>(src) + s * row_bytes, row_bytes);
+    }
   }
 
  private:
-  double time_calls(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                    int iters) {
-    if (calls.empty()) throw std::runtime_error("time_update: no calls");
+  double time_calls(const Op& op, size_t n, int iters) {
+    if (n == 0) throw std::runtime_error("time_ops: no operations");
     iters = std::max(iters, 1);
-    const size_t n = calls.size();
-    // One untimed pass over every call: warms instruction caches and the
-    // thread pool, and leaves the pool in the state the timed calls see.
-    for (size_t i = 0; i < n; ++i) execute(plan, calls[i]);
+    // One untimed pass over every operation: warms instruction caches and
+    // the thread pool, and leaves the pool in the state the timed calls see.
+    for (size_t i = 0; i < n; ++i) op(i, nullptr);
     std::vector<double> t;
     t.reserve(iters);
     for (int i = 0; i < iters; ++i) {
-      const ssu_update_args_t& a = calls[i % n];
       const auto t0 = Clock::now();
-      execute(plan, a);
+      op(size_t(i) % n, nullptr);
       const auto t1 = Clock::now();
       t.push_back(std::chrono::duration<double>(t1 - t0).count());
     }
@@ -239,13 +243,6 @@ class CpuBenchDevice final : public BenchDevice {
     std::string name = cpu_model_name();
     if (ctx_name && *ctx_name) name += (name.empty() ? "" : ", ") + std::string(ctx_name);
     return name.empty() ? "cpu" : name;
-  }
-
-  static void execute(ssu_plan_t plan, const ssu_update_args_t& a) {
-    const ssu_status_t s = ssu_plan_execute_update(plan, &a, nullptr);
-    if (s != SSU_SUCCESS)
-      throw std::runtime_error(std::string("ssu_plan_execute_update: ") +
-                               ssu_status_string(s) + ": " + ssu_last_error_message());
   }
 
   // Reads a buffer twice the last-level cache, evicting previous copies.

@@ -1,8 +1,10 @@
-// The CUDA side of ssu-bench: device memory, a device-to-device copy ceiling
-// and update calls, all timed the same way: a batch of calls captured once
-// into a CUDA graph, the graph replayed many times between CUDA events, the
-// median replay divided by the calls it holds. The driver is reached through
-// the same dlopen'ed table as the library (no libcuda or libcudart link).
+// The CUDA side of ssu-bench: device memory, a device-to-device copy ceiling,
+// a row gather/scatter kernel and library calls, all timed the same way: a
+// batch of operations captured once into a CUDA graph, the graph replayed
+// many times between CUDA events, the median replay divided by the
+// operations it holds. The driver is reached through the same dlopen'ed
+// table as the library (no libcuda or libcudart link); the gather/scatter
+// kernel comes from ssu-bench's own embedded fatbin (bench_kernels.cu).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -13,6 +15,9 @@
 
 #include "../src/cuda/cuda_driver.h"
 #include "bench_device.h"
+
+// The fatbin of bench_kernels.cu, embedded by bench/meson.build.
+extern "C" const unsigned char ssu_bench_fatbin_data[];
 
 namespace ssu_bench {
 namespace {
@@ -39,9 +44,15 @@ class CudaBenchDevice final : public BenchDevice {
     ok(d_.StreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     ok(d_.EventCreate(&start_, CU_EVENT_DEFAULT), "cuEventCreate");
     ok(d_.EventCreate(&stop_, CU_EVENT_DEFAULT), "cuEventCreate");
+    ok(d_.LibraryLoadData(&lib_, ssu_bench_fatbin_data, nullptr, nullptr, 0, nullptr, nullptr, 0),
+       "cuLibraryLoadData (ssu-bench kernels)");
+    CUkernel k = nullptr;
+    ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_copy_rows"), "cuLibraryGetKernel");
+    ok(d_.KernelGetFunction(&copy_rows_, k), "cuKernelGetFunction");
   }
 
   ~CudaBenchDevice() override {
+    if (lib_) d_.LibraryUnload(lib_);
     d_.EventDestroy(start_);
     d_.EventDestroy(stop_);
     d_.StreamDestroy(stream_);
@@ -73,29 +84,27 @@ class CudaBenchDevice final : public BenchDevice {
         per_graph, iters);
   }
 
-  double time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                     int iters) override {
-    if (calls.empty()) throw std::runtime_error("time_update: no calls");
-    const int per_graph = static_cast<int>(std::max<size_t>(calls.size(), kCallsPerGraph));
+  double time_ops(const Op& op, size_t n, int iters) override {
+    if (n == 0) throw std::runtime_error("time_ops: no operations");
+    const int per_graph = static_cast<int>(std::max<size_t>(n, kCallsPerGraph));
     // One untimed pass outside capture (first-touch effects), then the graph.
-    for (const auto& c : calls) execute(plan, c, stream_);
+    for (size_t i = 0; i < n; ++i) op(i, as_ssu(stream_));
     ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
     return time_graph(
         [&](CUstream st) {
-          for (int i = 0; i < per_graph; ++i) execute(plan, calls[i % calls.size()], st);
+          for (int i = 0; i < per_graph; ++i) op(static_cast<size_t>(i) % n, as_ssu(st));
         },
         per_graph, iters);
   }
 
-  double host_time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                          int iters) override {
-    if (calls.empty()) throw std::runtime_error("host_time_update: no calls");
+  double host_time_ops(const Op& op, size_t n, int iters) override {
+    if (n == 0) throw std::runtime_error("host_time_ops: no operations");
     using Clock = std::chrono::steady_clock;
     std::vector<double> t;
     t.reserve(static_cast<size_t>(iters));
     for (int i = 0; i < iters; ++i) {
       const auto t0 = Clock::now();
-      execute(plan, calls[static_cast<size_t>(i) % calls.size()], stream_);
+      op(static_cast<size_t>(i) % n, as_ssu(stream_));
       const auto t1 = Clock::now();
       t.push_back(std::chrono::duration<double>(t1 - t0).count());
       // Keep the launch queue short so that no call blocks on a full queue.
@@ -105,6 +114,29 @@ class CudaBenchDevice final : public BenchDevice {
     return median(t);
   }
 
+  void copy_rows(void* dst, const int32_t* dst_index, const void* src, const int32_t* src_index,
+                 size_t row_bytes, int64_t rows, ssu_stream_t stream) override {
+    if (rows <= 0) return;
+    if (row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(src) % 16 != 0)
+      throw std::runtime_error("copy_rows: rows must be 16-byte multiples at 16-byte alignment");
+    if (rows > 65535) throw std::runtime_error("copy_rows: more than 65535 rows");
+    // Four 16-byte words per thread, 256 threads per block.
+    const unsigned long long words = row_bytes / 16;
+    const unsigned long long per_block = 256ull * 4;
+    const unsigned blocks_x =
+        static_cast<unsigned>(std::min<unsigned long long>((words + per_block - 1) / per_block, 65535));
+    CUdeviceptr d = reinterpret_cast<CUdeviceptr>(dst);
+    CUdeviceptr di = reinterpret_cast<CUdeviceptr>(dst_index);
+    CUdeviceptr s = reinterpret_cast<CUdeviceptr>(src);
+    CUdeviceptr si = reinterpret_cast<CUdeviceptr>(src_index);
+    unsigned long long rb = row_bytes;
+    void* params[] = {&d, &di, &s, &si, &rb};
+    ok(d_.LaunchKernel(copy_rows_, blocks_x, static_cast<unsigned>(rows), 1, 256, 1, 1, 0,
+                       reinterpret_cast<CUstream>(stream), params, nullptr),
+       "cuLaunchKernel (ssu_bench_copy_rows)");
+  }
+
  private:
   static constexpr int kCallsPerGraph = 20;
 
@@ -112,13 +144,7 @@ class CudaBenchDevice final : public BenchDevice {
     if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(d_, call, r));
   }
 
-  static void execute(ssu_plan_t plan, const ssu_update_args_t& args, CUstream st) {
-    const ssu_status_t s =
-        ssu_plan_execute_update(plan, &args, reinterpret_cast<ssu_stream_t>(st));
-    if (s != SSU_SUCCESS)
-      throw std::runtime_error(std::string("ssu_plan_execute_update: ") + ssu_status_string(s) +
-                               ": " + ssu_last_error_message());
-  }
+  static ssu_stream_t as_ssu(CUstream st) { return reinterpret_cast<ssu_stream_t>(st); }
 
   // Captures `record(stream)` (which enqueues `calls` operations) into a
   // graph, replays it once untimed, then `iters` times between events, and
@@ -160,6 +186,8 @@ class CudaBenchDevice final : public BenchDevice {
   CUcontext ctx_ = nullptr;
   CUstream stream_ = nullptr;
   CUevent start_ = nullptr, stop_ = nullptr;
+  CUlibrary lib_ = nullptr;
+  CUfunction copy_rows_ = nullptr;
 };
 
 }  // namespace

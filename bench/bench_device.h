@@ -1,15 +1,25 @@
-// What ssu-bench needs from a device: memory, a copy-bandwidth ceiling and a
-// timer for update calls. One implementation per backend.
+// What ssu-bench needs from a device: memory, a copy-bandwidth ceiling, a
+// row gather/scatter and a timer for library calls. One implementation per
+// backend.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ssu.h"
 
 namespace ssu_bench {
+
+// One timed operation: runs (CPU) or enqueues on `stream` (CUDA) operation
+// number i of a rotation of n. It may issue several library calls and row
+// copies; the time of the whole is what is measured. Throws
+// std::runtime_error on a failed call.
+using Op = std::function<void(size_t i, ssu_stream_t stream)>;
 
 class BenchDevice {
  public:
@@ -21,16 +31,43 @@ class BenchDevice {
   // Copies host bytes into memory from alloc().
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   // Median seconds of one copy of `bytes` bytes (src -> dst, both from
-  // alloc()), measured the same way update calls are timed.
+  // alloc()), measured the same way operations are timed.
   virtual double time_copy(void* dst, const void* src, size_t bytes, int iters) = 0;
-  // Median seconds per call of ssu_plan_execute_update(plan, &calls[i % n]),
-  // rotating through `calls` so that consecutive calls touch different
-  // memory. Throws std::runtime_error on a failed call.
-  virtual double time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                             int iters) = 0;
-  // Median host seconds spent inside one ssu_plan_execute_update call.
-  virtual double host_time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
-                                  int iters) = 0;
+  // Median seconds per operation of op(i % n, stream), rotating through the
+  // n operations so that consecutive ones touch different memory.
+  virtual double time_ops(const Op& op, size_t n, int iters) = 0;
+  // Median host seconds spent issuing one operation.
+  virtual double host_time_ops(const Op& op, size_t n, int iters) = 0;
+  // Copies `rows` rows of `row_bytes` bytes (a multiple of 16; both buffers
+  // from alloc() and 16-byte aligned): row i of the copy reads src row
+  // src_index[i] (i when src_index is null) and writes dst row dst_index[i]
+  // (i when null). The index arrays are int32 in memory from alloc(). Rows
+  // lie row_bytes apart in both buffers. Runs in stream order on CUDA.
+  virtual void copy_rows(void* dst, const int32_t* dst_index, const void* src,
+                         const int32_t* src_index, size_t row_bytes, int64_t rows,
+                         ssu_stream_t stream) = 0;
+
+  // ssu_plan_execute_update(plan, &calls[i % n]) timed with time_ops /
+  // host_time_ops.
+  double time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls, int iters) {
+    return time_ops(update_op(plan, calls), calls.size(), iters);
+  }
+  double host_time_update(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls,
+                          int iters) {
+    return host_time_ops(update_op(plan, calls), calls.size(), iters);
+  }
+
+  static Op update_op(ssu_plan_t plan, const std::vector<ssu_update_args_t>& calls) {
+    if (calls.empty()) throw std::runtime_error("time_update: no calls");
+    return [plan, &calls](size_t i, ssu_stream_t stream) {
+      check(ssu_plan_execute_update(plan, &calls[i], stream), "ssu_plan_execute_update");
+    };
+  }
+  static void check(ssu_status_t s, const char* call) {
+    if (s != SSU_SUCCESS)
+      throw std::runtime_error(std::string(call) + ": " + ssu_status_string(s) + ": " +
+                               ssu_last_error_message());
+  }
 };
 
 // `threads`: the worker count the CPU context was created with (0 = every

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -49,7 +50,9 @@ const char kUsage[] =
     "  --backend auto|cpu|cuda  backend (default auto: CUDA if usable, else CPU)\n"
     "  --batch LIST             comma-separated batch sizes (default CPU\n"
     "                           1,2,4,8,16,32,64; CUDA 1,2,...,512)\n"
-    "  --state-dtype f32|bf16|f16   state pool dtype (default f32)\n"
+    "  --state-dtype f32|bf16|f16|i16   state pool dtype (default f32); i16 is the\n"
+    "                           block-scaled int16 pool with its f32 scale pool\n"
+    "                           (S, H, P)\n"
     "  --input-dtype f32|bf16|f16   x, B, C, z, out dtype (default bf16)\n"
     "  --heads H  --dim P  --dstate N  --groups G   shape (default 128 64 128 8)\n"
     "  --tokens T               T tokens per sequence (multi-token form, final\n"
@@ -57,6 +60,20 @@ const char kUsage[] =
     "  --mamba1                 Mamba-1 preset: H=G=1, P=5120, N=16, A (1,P,N),\n"
     "                           dt (Bt,1,P), D and dt_bias (1,P), f32 state;\n"
     "                           options given explicitly still apply\n"
+    "  --sr                     stochastic rounding of the f16/bf16 state stores\n"
+    "                           (a fixed uint64 seed in device memory; the state\n"
+    "                           dtype defaults to bf16)\n"
+    "  --sr-compare             time round-to-nearest and stochastic rounding back\n"
+    "                           to back on the same data for each batch and print\n"
+    "                           the overhead of stochastic rounding in percent\n"
+    "  --mamba3                 time ssu_plan_execute_mamba3_step instead: H=64 P=64\n"
+    "                           N=128 R=4, f32 state, bf16 B/C/x/z/out, f32 A/dt/trap,\n"
+    "                           D, z with zproj, outproj, UPDATE_PREV, random int32\n"
+    "                           src slots and disjoint dst slots; also times, in the\n"
+    "                           same run, the gather path (rows of the three pools\n"
+    "                           gathered into dense buffers, the step on them without\n"
+    "                           indices, the rows scattered back to the dst slots)\n"
+    "  --rank R                 Mamba-3 MIMO rank (default 4)\n"
     "  --threads K              CPU worker threads (default: all hardware threads)\n"
     "  --iters K                timed iterations per batch: calls on the CPU,\n"
     "                           replays of a graph of calls on CUDA (default:\n"
@@ -66,17 +83,25 @@ const char kUsage[] =
     "\n"
     "Bytes that must move per call (sizes in bytes of each tensor's dtype):\n"
     "  state  Bt*H*P*N*sizeof(state)*2              (read once, written once)\n"
+    "  scales Bt*H*P*4*2      (i16 state only: the f32 scale pool, read and written)\n"
     "  x, z, out  Bt*T*H*P*sizeof(input) each\n"
     "  B, C   Bt*T*G*N*sizeof(input) each\n"
     "  dt     Bt*T*H*sizeof(dt)   (per channel: Bt*T*H*P*sizeof(dt))\n"
     "  A      H*sizeof(A)         (per channel: H*P*N*sizeof(A))\n"
     "  D, dt_bias  H*4 each       (per channel: H*P*4 each)\n"
     "  slot indices  Bt*4\n"
+    "Mamba-3 step (--mamba3):\n"
+    "  state  Bt*H*P*N*sizeof(state)*2;  prev_B  Bt*R*H*N*sizeof(input)*2;\n"
+    "  prev_x  Bt*H*P*sizeof(input)*2;  B, C  Bt*R*H*N*sizeof(input) each;\n"
+    "  x, z, out  Bt*H*P*sizeof(input) each;  A, dt, trap  Bt*H*4 each;\n"
+    "  D  H*4;  xproj, zproj, outproj  R*H*P*4 each;  src, dst slots  Bt*4 each\n"
     "bandwidth = bytes / median time; copy = a copy of bytes/2 bytes (which moves\n"
     "the same number of bytes: each read once and written once).\n"
     "\n"
     "Calls rotate through disjoint random sets of slots of a state pool of at least\n"
-    "4x the last-level cache (CPU) or 256 MiB (CUDA), with model-like random data.\n";
+    "4x the last-level cache (CPU) or 256 MiB (CUDA), with model-like random data.\n"
+    "A configuration the library cannot plan (status printed) is skipped; the rows\n"
+    "measured before it are kept and the exit status stays 0.\n";
 
 // ---------------------------------------------------------------------------
 // Options
@@ -88,6 +113,9 @@ struct Options {
   ssu_dtype_t input_dtype = SSU_DTYPE_BF16;
   int64_t heads = 128, dim = 64, dstate = 128, groups = 8, tokens = 1;
   bool mamba1 = false;
+  bool sr = false, sr_compare = false;
+  bool mamba3 = false;
+  int64_t rank = 4;
   int threads = 0;
   int iters = 0;  // 0: automatic
   std::string json;
@@ -115,6 +143,14 @@ ssu_dtype_t parse_float_dtype(const std::string& opt, const std::string& v) {
   usage_error(opt + " must be f32, bf16 or f16, got '" + v + "'");
 }
 
+ssu_dtype_t parse_state_dtype(const std::string& opt, const std::string& v) {
+  if (v == "i16" || v == "int16") return SSU_DTYPE_I16;
+  if (v == "f32" || v == "fp32" || v == "float32" || v == "bf16" || v == "bfloat16" ||
+      v == "f16" || v == "fp16" || v == "float16")
+    return parse_float_dtype(opt, v);
+  usage_error(opt + " must be f32, bf16, f16 or i16, got '" + v + "'");
+}
+
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                         "0123456789-_=./,:+@%") == std::string::npos)
@@ -127,7 +163,7 @@ std::string shell_quote(const std::string& s) {
 Options parse_args(int argc, char** argv) {
   Options o;
   bool set_heads = false, set_dim = false, set_dstate = false, set_groups = false,
-       set_state = false;
+       set_state = false, set_rank = false, set_tokens = false;
   for (int i = 0; i < argc; ++i) {
     if (i) o.command_line += ' ';
     o.command_line += shell_quote(argv[i]);
@@ -164,7 +200,7 @@ Options parse_args(int argc, char** argv) {
       while (std::getline(ss, item, ',')) o.batches.push_back(parse_positive("--batch", item));
       if (o.batches.empty()) usage_error("--batch needs a list such as 1,8,64");
     } else if (a == "--state-dtype") {
-      o.state_dtype = parse_float_dtype(a, value());
+      o.state_dtype = parse_state_dtype(a, value());
       set_state = true;
     } else if (a == "--input-dtype") {
       o.input_dtype = parse_float_dtype(a, value());
@@ -182,8 +218,18 @@ Options parse_args(int argc, char** argv) {
       set_groups = true;
     } else if (a == "--tokens") {
       o.tokens = parse_positive(a, value());
+      set_tokens = true;
     } else if (a == "--mamba1") {
       o.mamba1 = true;
+    } else if (a == "--sr") {
+      o.sr = true;
+    } else if (a == "--sr-compare") {
+      o.sr_compare = true;
+    } else if (a == "--mamba3") {
+      o.mamba3 = true;
+    } else if (a == "--rank") {
+      o.rank = parse_positive(a, value());
+      set_rank = true;
     } else if (a == "--threads") {
       o.threads = static_cast<int>(parse_positive(a, value()));
     } else if (a == "--iters") {
@@ -195,12 +241,31 @@ Options parse_args(int argc, char** argv) {
       usage_error("unknown option '" + a + "'");
     }
   }
+  if (o.mamba3) {
+    if (o.mamba1) usage_error("--mamba3 and --mamba1 exclude each other");
+    if (o.sr || o.sr_compare) usage_error("the Mamba-3 step has no stochastic rounding");
+    if (set_tokens && o.tokens != 1) usage_error("the Mamba-3 step takes one token (--tokens 1)");
+    if (set_groups) usage_error("--groups does not apply to --mamba3 (B and C are per head)");
+    if (o.state_dtype == SSU_DTYPE_I16)
+      usage_error("the Mamba-3 step has no int16 state (f32, bf16 or f16)");
+    if (!set_heads) o.heads = 64;
+    if (!set_dim) o.dim = 64;
+    if (!set_dstate) o.dstate = 128;
+    return o;
+  }
+  if (set_rank) usage_error("--rank applies to --mamba3 only");
+  if (o.sr || o.sr_compare) {
+    if (!set_state) o.state_dtype = SSU_DTYPE_BF16;
+    if (o.state_dtype != SSU_DTYPE_BF16 && o.state_dtype != SSU_DTYPE_F16)
+      usage_error("stochastic rounding applies to f16 and bf16 states, not " +
+                  std::string(ssu_dtype_name(o.state_dtype)));
+  }
   if (o.mamba1) {
     if (!set_heads) o.heads = 1;
     if (!set_groups) o.groups = 1;
     if (!set_dim) o.dim = 5120;
     if (!set_dstate) o.dstate = 16;
-    if (!set_state) o.state_dtype = SSU_DTYPE_F32;
+    if (!set_state && !o.sr && !o.sr_compare) o.state_dtype = SSU_DTYPE_F32;
   }
   if (o.heads % o.groups != 0)
     usage_error("--heads (" + std::to_string(o.heads) + ") must be a multiple of --groups (" +
@@ -327,7 +392,148 @@ ssu_tensor_t dense(void* data, ssu_dtype_t dtype, std::initializer_list<int64_t>
 }
 
 // ---------------------------------------------------------------------------
-// One configuration
+// Timing helpers shared by every mode
+
+struct Timed {
+  double time_s = 0, host_s = 0;
+  int iters = 0;
+};
+
+// Times `op` over its n rotated operations. With iters == 0, picks about 1 s
+// of timed work: an iteration is one operation on the CPU and one replay of
+// a graph of max(n, 20) operations on CUDA (see bench_cuda.cpp), whose event
+// timings are steadier.
+Timed measure(BenchDevice* dev, const Op& op, size_t n, int iters, bool cuda) {
+  Timed t;
+  if (iters == 0) {
+    const double est = std::max(dev->time_ops(op, n, 3), 1e-9);
+    if (cuda) {
+      const double per_iter = est * double(std::max<size_t>(n, 20));
+      iters = static_cast<int>(std::min(200.0, std::max(10.0, 1.0 / per_iter)));
+    } else {
+      iters = static_cast<int>(std::min(2000.0, std::max(20.0, 1.0 / est)));
+    }
+  }
+  t.iters = iters;
+  t.time_s = dev->time_ops(op, n, iters);
+  t.host_s = dev->host_time_ops(op, n, std::min(iters, 200));
+  return t;
+}
+
+// The copy ceiling for `bytes` bytes that must move: bytes/2 read and
+// bytes/2 written.
+double time_matched_copy(BenchDevice* dev, size_t bytes, int iters) {
+  const size_t half = bytes / 2;
+  Buffer src(dev, half), dst(dev, half);
+  return dev->time_copy(dst.ptr, src.ptr, half, std::min(std::max(iters, 10), 200));
+}
+
+// Plan creation that may fail because the library cannot run this
+// configuration here: returns nullptr and sets *why to the status and message.
+ssu_plan_t create_update_plan(ssu_context_t ctx, const ssu_update_args_t& args,
+                              std::string* why) {
+  ssu_plan_t plan = nullptr;
+  const ssu_status_t st = ssu_plan_create_update(ctx, &args, nullptr, &plan);
+  if (st == SSU_SUCCESS) return plan;
+  *why = std::string("ssu_plan_create_update: ") + ssu_status_string(st) + ": " +
+         ssu_last_error_message();
+  return nullptr;
+}
+
+ssu_plan_t create_mamba3_plan(ssu_context_t ctx, const ssu_mamba3_step_args_t& args,
+                              std::string* why) {
+  ssu_plan_t plan = nullptr;
+  const ssu_status_t st = ssu_plan_create_mamba3_step(ctx, &args, nullptr, &plan);
+  if (st == SSU_SUCCESS) return plan;
+  *why = std::string("ssu_plan_create_mamba3_step: ") + ssu_status_string(st) + ": " +
+         ssu_last_error_message();
+  return nullptr;
+}
+
+// Destroys a plan on every exit path.
+struct PlanGuard {
+  ssu_plan_t plan = nullptr;
+  explicit PlanGuard(ssu_plan_t p) : plan(p) {}
+  PlanGuard(const PlanGuard&) = delete;
+  PlanGuard& operator=(const PlanGuard&) = delete;
+  ~PlanGuard() { ssu_plan_destroy(plan); }
+};
+
+std::string algorithm_of(ssu_plan_t plan) {
+  ssu_plan_info_t info = SSU_PLAN_INFO_INIT;
+  if (ssu_plan_get_info(plan, &info) == SSU_SUCCESS && info.algorithm_name)
+    return info.algorithm_name;
+  return "?";
+}
+
+// Fills `rows` state rows of N elements with values spread like a trained
+// state (roughly N(0, 0.5) as the sum of two uniforms, never zero), with a
+// fast generator: pools reach gigabytes on GPUs. An i16 pool gets each row
+// quantized as the library stores it (amax, codes, decode scale in `scale`).
+void fill_state(BenchDevice* dev, Buffer& buf, Buffer* scale, size_t rows, size_t N,
+                ssu_dtype_t dtype, Rng& rng) {
+  const size_t chunk_rows = std::max<size_t>(1, (size_t{4} << 20) / N);  // per upload
+  uint64_t sm = rng.gen()();
+  auto next = [&sm]() {  // splitmix64
+    uint64_t z = (sm += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  std::vector<float> v;
+  for (size_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const size_t nr = std::min(chunk_rows, rows - r0), n = nr * N;
+    v.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t r = next();
+      // Two uniforms in (-1, 1) from 24 bits each; their sum has sigma ~0.82.
+      const float u0 = (float(uint32_t(r) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
+      const float u1 = (float(uint32_t(r >> 32) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
+      const float x = 0.6f * (u0 + u1);
+      v[i] = x != 0.0f ? x : 0.25f;
+    }
+    if (dtype == SSU_DTYPE_I16) {
+      std::vector<int16_t> q(n);
+      std::vector<float> sc(nr);
+      for (size_t r = 0; r < nr; ++r) {
+        float amax = 0.0f;
+        for (size_t k = 0; k < N; ++k) amax = std::max(amax, std::fabs(v[r * N + k]));
+        const float enc = amax == 0.0f ? 1.0f : 32767.0f / amax;
+        sc[r] = 1.0f / enc;
+        for (size_t k = 0; k < N; ++k) {
+          const float c = std::min(32767.0f, std::max(-32767.0f, v[r * N + k] * enc));
+          q[r * N + k] = static_cast<int16_t>(std::nearbyint(c));
+        }
+      }
+      dev->upload(buf.at(r0 * N * 2), q.data(), n * 2);
+      dev->upload(scale->at(r0 * 4), sc.data(), nr * 4);
+    } else {
+      const auto bytes = encode(v, dtype);
+      dev->upload(buf.at(r0 * N * ssu_dtype_size(dtype)), bytes.data(), bytes.size());
+    }
+  }
+}
+
+// A random permutation of `slots` slots, uploaded as int32.
+Buffer random_slots(BenchDevice* dev, int64_t slots, Rng& rng, std::vector<int32_t>* host) {
+  std::vector<int32_t> perm(static_cast<size_t>(slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng.gen());
+  Buffer b(dev, perm.size() * sizeof(int32_t));
+  dev->upload(b.ptr, perm.data(), perm.size() * sizeof(int32_t));
+  if (host) *host = std::move(perm);
+  return b;
+}
+
+// Rotated sets of Bt slots over a pool of at least `pool_target` bytes.
+int64_t set_count(size_t slot_bytes, int64_t Bt, size_t pool_target) {
+  const size_t set_bytes = size_t(Bt) * slot_bytes;
+  const int64_t sets = std::max<int64_t>(2, int64_t((pool_target + set_bytes - 1) / set_bytes));
+  return std::min(sets, kMaxSets);
+}
+
+// ---------------------------------------------------------------------------
+// The selective state update (Mamba-1 / Mamba-2)
 
 struct Shape {
   int64_t H, P, N, G, T;
@@ -336,11 +542,16 @@ struct Shape {
   static constexpr ssu_dtype_t param_dtype = SSU_DTYPE_F32;
   static constexpr ssu_dtype_t index_dtype = SSU_DTYPE_I32;
 
-  size_t slot_bytes() const { return size_t(H * P * N) * ssu_dtype_size(state_dtype); }
+  size_t state_slot_bytes() const { return size_t(H * P * N) * ssu_dtype_size(state_dtype); }
+  // The f32 scale rows of an i16 state (0 for float states).
+  size_t scale_slot_bytes() const {
+    return state_dtype == SSU_DTYPE_I16 ? size_t(H * P) * sizeof(float) : 0;
+  }
+  size_t slot_bytes() const { return state_slot_bytes() + scale_slot_bytes(); }
   // Bytes that must move for a call on Bt sequences (see kUsage).
   size_t bytes(int64_t Bt) const {
     const size_t is = ssu_dtype_size(input_dtype), ps = ssu_dtype_size(param_dtype);
-    size_t b = size_t(Bt) * slot_bytes() * 2;
+    size_t b = size_t(Bt) * slot_bytes() * 2;                 // state (+ scales)
     b += 3 * size_t(Bt * T * H * P) * is;                     // x, z, out
     b += 2 * size_t(Bt * T * G * N) * is;                     // B, C
     b += size_t(Bt * T * H * (per_channel ? P : 1)) * ps;     // dt
@@ -351,70 +562,54 @@ struct Shape {
   }
 };
 
+// One measured batch size. `alt` is the second timing of the mode: the
+// round-to-nearest baseline of --sr-compare, the gather path of --mamba3.
 struct Row {
   int64_t batch;
   size_t bytes;
   int64_t slots;
   int64_t sets;
+  double pool_mib;
   int iters;
   double time_s, host_s, copy_s;
+  double alt_s = 0, alt_host_s = 0;
   double gbps() const { return bytes / time_s / 1e9; }
   double copy_gbps() const { return (bytes / 2 * 2) / copy_s / 1e9; }
   double ratio() const { return gbps() / copy_gbps(); }
+  double alt_gbps() const { return bytes / alt_s / 1e9; }
 };
 
 // Everything one batch size needs: a state pool, per-set inputs and the
 // rotated calls.
 struct Problem {
   ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
-  Buffer state, x, z, out, B, C, dt, A, D, dt_bias, index;
+  Buffer state, scale, seed, x, z, out, B, C, dt, A, D, dt_bias, index;
   std::vector<ssu_update_args_t> calls;
   int64_t slots = 0, sets = 0;
 };
 
-// Fills the pool with values spread like a trained state (roughly N(0, 0.5)
-// as the sum of two uniforms, never zero), with a fast generator: pools reach
-// gigabytes on GPUs.
-void fill_state(BenchDevice* dev, Buffer& buf, size_t count, ssu_dtype_t dtype, Rng& rng) {
-  const size_t chunk = size_t{4} << 20;  // elements per upload
-  const size_t es = ssu_dtype_size(dtype);
-  uint64_t sm = rng.gen()();
-  auto next = [&sm]() {  // splitmix64
-    uint64_t z = (sm += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  std::vector<float> v(std::min(chunk, count));
-  for (size_t off = 0; off < count; off += chunk) {
-    const size_t n = std::min(chunk, count - off);
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t r = next();
-      // Two uniforms in (-1, 1) from 24 bits each; their sum has sigma ~0.82.
-      const float u0 = (float(uint32_t(r) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
-      const float u1 = (float(uint32_t(r >> 32) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
-      const float x = 0.6f * (u0 + u1);
-      v[i] = x != 0.0f ? x : 0.25f;
-    }
-    v.resize(n);
-    const auto bytes = encode(v, dtype);
-    dev->upload(buf.at(off * es), bytes.data(), bytes.size());
-  }
-}
+// The seed of --sr (any fixed value; the bench does not advance it).
+constexpr uint64_t kRoundingSeed = 0x243f6a8885a308d3ull;
 
 void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, size_t pool_target,
-                   Rng& rng) {
+                   bool sr, Rng& rng) {
   const int64_t H = s.H, P = s.P, N = s.N, G = s.G, T = s.T;
   const bool multi = T > 1;
-  const size_t set_bytes = size_t(Bt) * s.slot_bytes();
-  pr.sets = std::max<int64_t>(2, int64_t((pool_target + set_bytes - 1) / set_bytes));
-  pr.sets = std::min(pr.sets, kMaxSets);
+  pr.sets = set_count(s.slot_bytes(), Bt, pool_target);
   pr.slots = pr.sets * Bt;
   const int64_t S = pr.slots, R = pr.sets * Bt;  // R: sequence rows over all sets
 
-  pr.state = Buffer(dev, size_t(S) * s.slot_bytes());
-  fill_state(dev, pr.state, size_t(S * H * P * N), s.state_dtype, rng);
+  pr.state = Buffer(dev, size_t(S) * s.state_slot_bytes());
+  if (s.state_dtype == SSU_DTYPE_I16) {
+    pr.scale = Buffer(dev, size_t(S) * s.scale_slot_bytes());
+    pr.pool.state_scale = dense(pr.scale.ptr, SSU_DTYPE_F32, {S, H, P});
+  }
+  fill_state(dev, pr.state, &pr.scale, size_t(S * H * P), size_t(N), s.state_dtype, rng);
   pr.pool.state = dense(pr.state.ptr, s.state_dtype, {S, H, P, N});
+  if (sr) {
+    pr.seed = Buffer(dev, sizeof(uint64_t));
+    dev->upload(pr.seed.ptr, &kRoundingSeed, sizeof kRoundingSeed);
+  }
 
   pr.x = upload_floats(dev, rng.normals(size_t(R * T * H * P), 1.0f), s.input_dtype);
   pr.z = upload_floats(dev, rng.normals(size_t(R * T * H * P), 1.0f), s.input_dtype);
@@ -437,11 +632,7 @@ void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, si
   pr.dt_bias = upload_floats(dev, rng.uniforms(size_t(H * dtP), -4.0f, -3.0f), Shape::param_dtype);
 
   // A random permutation of the pool split into disjoint sets of Bt slots.
-  std::vector<int32_t> perm(static_cast<size_t>(S));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng.gen());
-  pr.index = Buffer(dev, perm.size() * sizeof(int32_t));
-  dev->upload(pr.index.ptr, perm.data(), perm.size() * sizeof(int32_t));
+  pr.index = random_slots(dev, S, rng, nullptr);
 
   const size_t is = ssu_dtype_size(s.input_dtype), ps = ssu_dtype_size(Shape::param_dtype);
   pr.calls.clear();
@@ -481,6 +672,124 @@ void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, si
       a.dt_bias = dense(pr.dt_bias.ptr, Shape::param_dtype, {H});
     }
     a.src_index = dense(pr.index.at(r0 * sizeof(int32_t)), Shape::index_dtype, {Bt});
+    if (sr) a.rounding_seed = static_cast<const uint64_t*>(pr.seed.ptr);
+    pr.calls.push_back(a);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The Mamba-3 step
+
+struct M3Shape {
+  int64_t H, P, N, R;
+  ssu_dtype_t state_dtype, input_dtype;
+  static constexpr ssu_dtype_t param_dtype = SSU_DTYPE_F32;  // A, dt, trap, D, projections
+  static constexpr ssu_dtype_t index_dtype = SSU_DTYPE_I32;
+
+  size_t state_row() const { return size_t(H * P * N) * ssu_dtype_size(state_dtype); }
+  size_t prev_B_row() const { return size_t(R * H * N) * ssu_dtype_size(input_dtype); }
+  size_t prev_x_row() const { return size_t(H * P) * ssu_dtype_size(input_dtype); }
+  size_t slot_bytes() const { return state_row() + prev_B_row() + prev_x_row(); }
+  // Bytes that must move for a step on Bt sequences (see kUsage).
+  size_t bytes(int64_t Bt) const {
+    const size_t is = ssu_dtype_size(input_dtype), ps = ssu_dtype_size(param_dtype);
+    size_t b = size_t(Bt) * slot_bytes() * 2;       // state, prev_B, prev_x read and written
+    b += 2 * size_t(Bt * R * H * N) * is;           // B, C
+    b += 3 * size_t(Bt * H * P) * is;               // x, z, out
+    b += 3 * size_t(Bt * H) * ps;                   // A, dt, trap
+    b += size_t(H) * ps + 3 * size_t(R * H * P) * ps;  // D, xproj, zproj, outproj
+    b += 2 * size_t(Bt) * ssu_dtype_size(index_dtype);  // src, dst slots
+    return b;
+  }
+};
+
+// A slot pool of the three Mamba-3 pools and its calls: `calls` address it
+// through src/dst indices; `dense_calls` run the same inputs on the dense
+// buffers (slot = b) that the gather path fills.
+struct M3Problem {
+  ssu_state_pool_t pool = SSU_STATE_POOL_INIT, dense_pool = SSU_STATE_POOL_INIT;
+  Buffer state, prev_B, prev_x, dstate, dprev_B, dprev_x;
+  Buffer A, dt, trap, B, C, x, z, out, D, xproj, zproj, outproj, src, dst;
+  std::vector<ssu_mamba3_step_args_t> calls, dense_calls;
+  int64_t slots = 0, sets = 0;
+};
+
+void build_mamba3(M3Problem& pr, BenchDevice* dev, const M3Shape& s, int64_t Bt,
+                  size_t pool_target, Rng& rng) {
+  const int64_t H = s.H, P = s.P, N = s.N, R = s.R;
+  const ssu_dtype_t in = s.input_dtype, pd = M3Shape::param_dtype;
+  pr.sets = set_count(s.slot_bytes(), Bt, pool_target);
+  pr.slots = pr.sets * Bt;
+  const int64_t S = pr.slots, rows = pr.sets * Bt;
+
+  pr.state = Buffer(dev, size_t(S) * s.state_row());
+  pr.prev_B = Buffer(dev, size_t(S) * s.prev_B_row());
+  pr.prev_x = Buffer(dev, size_t(S) * s.prev_x_row());
+  fill_state(dev, pr.state, nullptr, size_t(S * H * P), size_t(N), s.state_dtype, rng);
+  fill_state(dev, pr.prev_B, nullptr, size_t(S * R * H), size_t(N), in, rng);
+  fill_state(dev, pr.prev_x, nullptr, size_t(S * H), size_t(P), in, rng);
+  pr.pool.state = dense(pr.state.ptr, s.state_dtype, {S, H, P, N});
+  pr.pool.prev_B = dense(pr.prev_B.ptr, in, {S, R, H, N});
+  pr.pool.prev_x = dense(pr.prev_x.ptr, in, {S, H, P});
+
+  pr.dstate = Buffer(dev, size_t(Bt) * s.state_row());
+  pr.dprev_B = Buffer(dev, size_t(Bt) * s.prev_B_row());
+  pr.dprev_x = Buffer(dev, size_t(Bt) * s.prev_x_row());
+  pr.dense_pool.state = dense(pr.dstate.ptr, s.state_dtype, {Bt, H, P, N});
+  pr.dense_pool.prev_B = dense(pr.dprev_B.ptr, in, {Bt, R, H, N});
+  pr.dense_pool.prev_x = dense(pr.dprev_x.ptr, in, {Bt, H, P});
+
+  // alpha = exp(A*dt) in about [0.2, 1); trap = sigma(...) in (0, 1).
+  std::vector<float> A(size_t(rows * H));
+  for (auto& a : A) a = -std::exp(rng.uniform(0.0f, std::log(16.0f)));
+  pr.A = upload_floats(dev, A, pd);
+  pr.dt = upload_floats(dev, rng.uniforms(size_t(rows * H), 0.01f, 0.1f), pd);
+  pr.trap = upload_floats(dev, rng.uniforms(size_t(rows * H), 0.05f, 0.95f), pd);
+  pr.B = upload_floats(dev, rng.normals(size_t(rows * R * H * N), 1.0f), in);
+  pr.C = upload_floats(dev, rng.normals(size_t(rows * R * H * N), 1.0f), in);
+  pr.x = upload_floats(dev, rng.normals(size_t(rows * H * P), 1.0f), in);
+  pr.z = upload_floats(dev, rng.normals(size_t(rows * H * P), 1.0f), in);
+  pr.out = upload_floats(dev, std::vector<float>(size_t(rows * H * P), 0.0f), in);
+  pr.D = upload_floats(dev, rng.uniforms(size_t(H), 0.5f, 1.5f), pd);
+  const float wr = 1.0f / std::sqrt(float(R));
+  pr.xproj = upload_floats(dev, rng.uniforms(size_t(R * H * P), 0.5f, 1.5f), pd);
+  pr.zproj = upload_floats(dev, rng.normals(size_t(R * H * P), 1.0f), pd);
+  pr.outproj = upload_floats(dev, rng.normals(size_t(R * H * P), wr), pd);
+
+  // src: a random permutation split into sets of Bt; dst of set k: the src
+  // slots of set k+1, so that no call writes a slot it reads.
+  std::vector<int32_t> perm;
+  pr.src = random_slots(dev, S, rng, &perm);
+  std::vector<int32_t> dst(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) dst[i] = perm[(i + size_t(Bt)) % perm.size()];
+  pr.dst = Buffer(dev, dst.size() * sizeof(int32_t));
+  dev->upload(pr.dst.ptr, dst.data(), dst.size() * sizeof(int32_t));
+
+  const size_t is = ssu_dtype_size(in), ps = ssu_dtype_size(pd);
+  pr.calls.clear();
+  pr.dense_calls.clear();
+  for (int64_t k = 0; k < pr.sets; ++k) {
+    const size_t r0 = size_t(k * Bt);
+    ssu_mamba3_step_args_t a = SSU_MAMBA3_STEP_ARGS_INIT;
+    a.flags = SSU_MAMBA3_UPDATE_PREV;
+    a.A = dense(pr.A.at(r0 * size_t(H) * ps), pd, {Bt, H});
+    a.dt = dense(pr.dt.at(r0 * size_t(H) * ps), pd, {Bt, H});
+    a.trap = dense(pr.trap.at(r0 * size_t(H) * ps), pd, {Bt, H});
+    a.B = dense(pr.B.at(r0 * size_t(R * H * N) * is), in, {Bt, R, H, N});
+    a.C = dense(pr.C.at(r0 * size_t(R * H * N) * is), in, {Bt, R, H, N});
+    a.x = dense(pr.x.at(r0 * size_t(H * P) * is), in, {Bt, H, P});
+    a.z = dense(pr.z.at(r0 * size_t(H * P) * is), in, {Bt, H, P});
+    a.out = dense(pr.out.at(r0 * size_t(H * P) * is), in, {Bt, H, P});
+    a.D = dense(pr.D.ptr, pd, {H});
+    a.xproj = dense(pr.xproj.ptr, pd, {R, H, P});
+    a.zproj = dense(pr.zproj.ptr, pd, {R, H, P});
+    a.outproj = dense(pr.outproj.ptr, pd, {R, H, P});
+    ssu_mamba3_step_args_t d = a;
+    d.pool = &pr.dense_pool;
+    pr.dense_calls.push_back(d);
+    a.pool = &pr.pool;
+    a.src_index = dense(pr.src.at(r0 * sizeof(int32_t)), M3Shape::index_dtype, {Bt});
+    a.dst_index = dense(pr.dst.at(r0 * sizeof(int32_t)), M3Shape::index_dtype, {Bt});
     pr.calls.push_back(a);
   }
 }
@@ -514,20 +823,52 @@ std::string utc_now() {
   return buf;
 }
 
-std::string config_text(const Shape& s) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "H=%lld P=%lld N=%lld G=%lld T=%lld%s, state %s, x/B/C/z/out %s, "
-                "dt/A/D/dt_bias f32 %s, dt_softplus, z, D, dt_bias, int32 src slots",
-                (long long)s.H, (long long)s.P, (long long)s.N, (long long)s.G, (long long)s.T,
-                s.T > 1 ? " (multi-token, final state)" : "", ssu_dtype_name(s.state_dtype),
-                ssu_dtype_name(s.input_dtype), s.per_channel ? "per channel" : "per head");
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
   return buf;
 }
 
-void write_json(const std::string& path, const Options& o, const std::string& device,
-                const char* backend, const char* algorithm, const Shape& s,
-                const std::vector<Row>& rows, const std::string& date) {
+const char* rounding_name(const Options& o) {
+  return o.sr_compare ? "nearest_vs_stochastic" : o.sr ? "stochastic" : "nearest";
+}
+
+std::string config_text(const Options& o, const Shape& s) {
+  return format("H=%lld P=%lld N=%lld G=%lld T=%lld%s, state %s%s, x/B/C/z/out %s, "
+                "dt/A/D/dt_bias f32 %s, dt_softplus, z, D, dt_bias, int32 src slots%s",
+                (long long)s.H, (long long)s.P, (long long)s.N, (long long)s.G, (long long)s.T,
+                s.T > 1 ? " (multi-token, final state)" : "", ssu_dtype_name(s.state_dtype),
+                s.state_dtype == SSU_DTYPE_I16 ? " (+ f32 scale per row)" : "",
+                ssu_dtype_name(s.input_dtype), s.per_channel ? "per channel" : "per head",
+                o.sr_compare ? ", round-to-nearest vs stochastic rounding"
+                : o.sr       ? ", stochastic rounding"
+                             : "");
+}
+
+std::string config_text(const M3Shape& s) {
+  return format("Mamba-3 step H=%lld P=%lld N=%lld R=%lld, state %s, B/C/x/z/out/prev_B/prev_x "
+                "%s, A/dt/trap/D/xproj/zproj/outproj f32, z, outproj, UPDATE_PREV, int32 src "
+                "and dst slots",
+                (long long)s.H, (long long)s.P, (long long)s.N, (long long)s.R,
+                ssu_dtype_name(s.state_dtype), ssu_dtype_name(s.input_dtype));
+}
+
+// What every mode writes: the run's identity, its configuration (a JSON
+// object), the bytes formula and one JSON object per row.
+struct Report {
+  std::string mode;  // "update", "sr_compare", "mamba3_step"
+  std::string device, backend, algorithm = "?", date;
+  std::string config_json, bytes_formula;
+  std::vector<std::string> rows;
+  std::string skipped;  // why the configuration was skipped, if it was
+  std::string error;    // why the sweep stopped, if it failed
+};
+
+void write_json(const std::string& path, const Options& o, const Report& r) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
     std::fprintf(stderr, "ssu-bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
@@ -536,43 +877,258 @@ void write_json(const std::string& path, const Options& o, const std::string& de
   std::fprintf(f, "{\n");
   std::fprintf(f, "  \"tool\": \"ssu-bench\",\n");
   std::fprintf(f, "  \"libssu_version\": \"%s\",\n", json_escape(ssu_version_string()).c_str());
-  std::fprintf(f, "  \"device\": \"%s\",\n", json_escape(device).c_str());
-  std::fprintf(f, "  \"backend\": \"%s\",\n", backend);
-  std::fprintf(f, "  \"algorithm\": \"%s\",\n", json_escape(algorithm).c_str());
-  std::fprintf(f, "  \"date\": \"%s\",\n", date.c_str());
+  std::fprintf(f, "  \"device\": \"%s\",\n", json_escape(r.device).c_str());
+  std::fprintf(f, "  \"backend\": \"%s\",\n", r.backend.c_str());
+  std::fprintf(f, "  \"algorithm\": \"%s\",\n", json_escape(r.algorithm).c_str());
+  std::fprintf(f, "  \"date\": \"%s\",\n", r.date.c_str());
   std::fprintf(f, "  \"command\": \"%s\",\n", json_escape(o.command_line).c_str());
-  std::fprintf(f,
-               "  \"config\": {\"heads\": %lld, \"dim\": %lld, \"dstate\": %lld, \"groups\": %lld, "
-               "\"tokens\": %lld, \"form\": \"%s\", \"mamba1\": %s, \"state_dtype\": \"%s\", "
-               "\"input_dtype\": \"%s\", \"param_dtype\": \"f32\", \"param_layout\": \"%s\", "
-               "\"dt_softplus\": true, \"z\": true, \"D\": true, \"dt_bias\": true, "
-               "\"index_dtype\": \"i32\", \"threads\": %d},\n",
-               (long long)s.H, (long long)s.P, (long long)s.N, (long long)s.G, (long long)s.T,
-               s.T > 1 ? "multi_token" : "single_token", o.mamba1 ? "true" : "false",
-               ssu_dtype_name(s.state_dtype), ssu_dtype_name(s.input_dtype),
-               s.per_channel ? "per_channel" : "per_head", o.threads);
-  std::fprintf(f,
-               "  \"bytes_formula\": \"state Bt*H*P*N*sizeof(state)*2 + x,z,out Bt*T*H*P*sizeof(in) "
-               "each + B,C Bt*T*G*N*sizeof(in) each + dt Bt*T*H[*P]*4 + A H[*P*N]*4 + "
-               "D,dt_bias H[*P]*4 each + src index Bt*4\",\n");
+  std::fprintf(f, "  \"mode\": \"%s\",\n", r.mode.c_str());
+  std::fprintf(f, "  \"config\": %s,\n", r.config_json.c_str());
+  std::fprintf(f, "  \"bytes_formula\": \"%s\",\n", json_escape(r.bytes_formula).c_str());
+  if (!r.skipped.empty())
+    std::fprintf(f, "  \"skipped\": \"%s\",\n", json_escape(r.skipped).c_str());
+  if (!r.error.empty())
+    std::fprintf(f, "  \"error\": \"%s\",\n", json_escape(r.error).c_str());
   std::fprintf(f, "  \"rows\": [\n");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    std::fprintf(f,
-                 "    {\"batch\": %lld, \"bytes\": %zu, \"time_us\": %.3f, \"gbps\": %.3f, "
-                 "\"copy_gbps\": %.3f, \"ratio_to_copy\": %.4f, \"host_us\": %.3f, "
-                 "\"pool_slots\": %lld, \"pool_mib\": %.1f, \"rotated_calls\": %lld, "
-                 "\"iters\": %d}%s\n",
-                 (long long)r.batch, r.bytes, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio(),
-                 r.host_s * 1e6, (long long)r.slots,
-                 double(r.slots) * double(s.slot_bytes()) / double(kMiB), (long long)r.sets,
-                 r.iters, i + 1 < rows.size() ? "," : "");
-  }
+  for (size_t i = 0; i < r.rows.size(); ++i)
+    std::fprintf(f, "    %s%s\n", r.rows[i].c_str(), i + 1 < r.rows.size() ? "," : "");
   std::fprintf(f, "  ]\n}\n");
   if (std::fclose(f) != 0) {
     std::fprintf(stderr, "ssu-bench: cannot write %s\n", path.c_str());
     std::exit(1);
   }
+}
+
+// The fields every row has, without the closing brace.
+std::string json_row_common(const Row& r) {
+  return format("{\"batch\": %lld, \"bytes\": %zu, \"time_us\": %.3f, \"gbps\": %.3f, "
+                "\"copy_gbps\": %.3f, \"ratio_to_copy\": %.4f, \"host_us\": %.3f, "
+                "\"pool_slots\": %lld, \"pool_mib\": %.1f, \"rotated_calls\": %lld, "
+                "\"iters\": %d",
+                (long long)r.batch, r.bytes, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio(),
+                r.host_s * 1e6, (long long)r.slots, r.pool_mib, (long long)r.sets, r.iters);
+}
+
+void print_header(const Report& rep, double best_copy, bool cuda, const std::string& config) {
+  std::printf("\nssu-bench %s | %s backend | device: %s | algorithm: %s\n", ssu_version_string(),
+              rep.backend.c_str(), rep.device.c_str(), rep.algorithm.c_str());
+  std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
+              cuda ? "device-to-device copy" : "best of 1-thread and multi-thread memcpy",
+              best_copy);
+  std::printf("config: %s\n\n", config.c_str());
+}
+
+// ---------------------------------------------------------------------------
+// Runs
+
+struct Env {
+  ssu_context_t ctx;
+  BenchDevice* dev;
+  bool cuda;
+  std::vector<int64_t> batches;
+  size_t pool_target;
+};
+
+// The update sweep: one timing per batch (round-to-nearest or, with --sr,
+// stochastic rounding), or both back to back with --sr-compare.
+void run_update(const Options& o, const Env& env, Report& rep) {
+  const Shape shape{o.heads, o.dim, o.dstate, o.groups, o.tokens, o.mamba1,
+                    o.state_dtype, o.input_dtype};
+  const bool compare = o.sr_compare;
+  rep.mode = compare ? "sr_compare" : "update";
+  std::fprintf(stderr, "ssu-bench: %s\n", config_text(o, shape).c_str());
+  rep.config_json = format(
+      "{\"heads\": %lld, \"dim\": %lld, \"dstate\": %lld, \"groups\": %lld, "
+      "\"tokens\": %lld, \"form\": \"%s\", \"mamba1\": %s, \"state_dtype\": \"%s\", "
+      "\"state_scale\": %s, \"rounding\": \"%s\", "
+      "\"input_dtype\": \"%s\", \"param_dtype\": \"f32\", \"param_layout\": \"%s\", "
+      "\"dt_softplus\": true, \"z\": true, \"D\": true, \"dt_bias\": true, "
+      "\"index_dtype\": \"i32\", \"threads\": %d}",
+      (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.G,
+      (long long)shape.T, shape.T > 1 ? "multi_token" : "single_token",
+      o.mamba1 ? "true" : "false", ssu_dtype_name(shape.state_dtype),
+      shape.state_dtype == SSU_DTYPE_I16 ? "true" : "false", rounding_name(o),
+      ssu_dtype_name(shape.input_dtype), shape.per_channel ? "per_channel" : "per_head",
+      o.threads);
+  rep.bytes_formula =
+      "state Bt*H*P*N*sizeof(state)*2 [+ i16 scales Bt*H*P*4*2] + x,z,out Bt*T*H*P*sizeof(in) "
+      "each + B,C Bt*T*G*N*sizeof(in) each + dt Bt*T*H[*P]*4 + A H[*P*N]*4 + "
+      "D,dt_bias H[*P]*4 each + src index Bt*4";
+
+  std::vector<Row> rows;
+  Rng rng(0x55u);
+  for (int64_t Bt : env.batches) try {
+    Problem pr;
+    build_problem(pr, env.dev, shape, Bt, env.pool_target, o.sr || compare, rng);
+    // --sr-compare: `calls` carry the seed; `rn_calls` are the same calls
+    // without it.
+    std::vector<ssu_update_args_t> rn_calls;
+    if (compare) {
+      rn_calls = pr.calls;
+      for (auto& c : rn_calls) c.rounding_seed = nullptr;
+    }
+    PlanGuard plan(create_update_plan(env.ctx, pr.calls[0], &rep.skipped));
+    if (!plan.plan) break;
+    PlanGuard rn_plan(compare ? create_update_plan(env.ctx, rn_calls[0], &rep.skipped) : nullptr);
+    if (compare && !rn_plan.plan) break;
+    rep.algorithm = algorithm_of(plan.plan);
+
+    Row r{};
+    r.batch = Bt;
+    r.bytes = shape.bytes(Bt);
+    r.slots = pr.slots;
+    r.sets = pr.sets;
+    r.pool_mib = double(pr.slots) * double(shape.slot_bytes()) / double(kMiB);
+    if (compare) {
+      const Timed rn = measure(env.dev, BenchDevice::update_op(rn_plan.plan, rn_calls),
+                               rn_calls.size(), o.iters, env.cuda);
+      r.alt_s = rn.time_s;
+      r.alt_host_s = rn.host_s;
+    }
+    const Timed t = measure(env.dev, BenchDevice::update_op(plan.plan, pr.calls),
+                            pr.calls.size(), o.iters, env.cuda);
+    r.time_s = t.time_s;
+    r.host_s = t.host_s;
+    r.iters = t.iters;
+    r.copy_s = time_matched_copy(env.dev, r.bytes, t.iters);
+    if (compare)
+      std::fprintf(stderr,
+                   "  batch %5lld: RN %10.1f us  SR %10.1f us  (SR overhead %+.1f%%, SR %.2fx "
+                   "copy)\n",
+                   (long long)Bt, r.alt_s * 1e6, r.time_s * 1e6, (r.time_s / r.alt_s - 1) * 100,
+                   r.ratio());
+    else
+      std::fprintf(stderr, "  batch %5lld: %10.1f us  %8.2f GB/s  (copy %8.2f GB/s, %.2fx)\n",
+                   (long long)Bt, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio());
+    rows.push_back(r);
+    std::string j = json_row_common(r);
+    if (compare)
+      j += format(", \"rounding\": \"stochastic\", \"rn_time_us\": %.3f, \"rn_gbps\": %.3f, "
+                  "\"rn_ratio_to_copy\": %.4f, \"rn_host_us\": %.3f, \"sr_overhead_pct\": %.2f",
+                  r.alt_s * 1e6, r.alt_gbps(), r.alt_gbps() / r.copy_gbps(), r.alt_host_s * 1e6,
+                  (r.time_s / r.alt_s - 1) * 100);
+    rep.rows.push_back(j + "}");
+  } catch (const std::exception& e) {
+    rep.error = e.what();
+    break;
+  }
+
+  if (rows.empty()) return;
+  double best_copy = 0.0;
+  for (const Row& r : rows) best_copy = std::max(best_copy, r.copy_gbps());
+  print_header(rep, best_copy, env.cuda, config_text(o, shape));
+  if (compare) {
+    std::printf("| batch | MiB moved | RN time (us) | SR time (us) | SR overhead | RN GB/s | "
+                "SR GB/s | copy GB/s | RN ratio | SR ratio |\n");
+    std::printf("|------:|----------:|-------------:|-------------:|------------:|--------:|"
+                "--------:|----------:|---------:|---------:|\n");
+    for (const Row& r : rows)
+      std::printf("| %lld | %.2f | %.1f | %.1f | %+.1f%% | %.2f | %.2f | %.2f | %.3f | %.3f |\n",
+                  (long long)r.batch, double(r.bytes) / double(kMiB), r.alt_s * 1e6,
+                  r.time_s * 1e6, (r.time_s / r.alt_s - 1) * 100, r.alt_gbps(), r.gbps(),
+                  r.copy_gbps(), r.alt_gbps() / r.copy_gbps(), r.ratio());
+  } else {
+    std::printf("| batch | MiB moved | time (us) | GB/s | copy GB/s | ratio to copy | host us/call |\n");
+    std::printf("|------:|----------:|----------:|-----:|----------:|--------------:|-------------:|\n");
+    for (const Row& r : rows)
+      std::printf("| %lld | %.2f | %.1f | %.2f | %.2f | %.3f | %.1f |\n", (long long)r.batch,
+                  double(r.bytes) / double(kMiB), r.time_s * 1e6, r.gbps(), r.copy_gbps(),
+                  r.ratio(), r.host_s * 1e6);
+  }
+}
+
+// The Mamba-3 sweep: the step on the pools through src/dst slots, and the
+// gather path an engine runs without slot support, back to back.
+void run_mamba3(const Options& o, const Env& env, Report& rep) {
+  const M3Shape shape{o.heads, o.dim, o.dstate, o.rank, o.state_dtype, o.input_dtype};
+  rep.mode = "mamba3_step";
+  std::fprintf(stderr, "ssu-bench: %s\n", config_text(shape).c_str());
+  rep.config_json = format(
+      "{\"op\": \"mamba3_step\", \"heads\": %lld, \"dim\": %lld, \"dstate\": %lld, "
+      "\"rank\": %lld, \"state_dtype\": \"%s\", \"input_dtype\": \"%s\", "
+      "\"param_dtype\": \"f32\", \"D\": true, \"z\": true, \"outproj\": true, "
+      "\"update_prev\": true, \"index_dtype\": \"i32\", \"dst\": \"disjoint from src\", "
+      "\"threads\": %d}",
+      (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.R,
+      ssu_dtype_name(shape.state_dtype), ssu_dtype_name(shape.input_dtype), o.threads);
+  rep.bytes_formula =
+      "state Bt*H*P*N*sizeof(state)*2 + prev_B Bt*R*H*N*sizeof(in)*2 + prev_x "
+      "Bt*H*P*sizeof(in)*2 + B,C Bt*R*H*N*sizeof(in) each + x,z,out Bt*H*P*sizeof(in) each + "
+      "A,dt,trap Bt*H*4 each + D H*4 + xproj,zproj,outproj R*H*P*4 each + src,dst Bt*4 each";
+
+  std::vector<Row> rows;
+  Rng rng(0x33u);
+  for (int64_t Bt : env.batches) try {
+    M3Problem pr;
+    build_mamba3(pr, env.dev, shape, Bt, env.pool_target, rng);
+    PlanGuard plan(create_mamba3_plan(env.ctx, pr.calls[0], &rep.skipped));
+    if (!plan.plan) break;
+    PlanGuard dense_plan(create_mamba3_plan(env.ctx, pr.dense_calls[0], &rep.skipped));
+    if (!dense_plan.plan) break;
+    rep.algorithm = algorithm_of(plan.plan);
+
+    const Op direct = [&](size_t k, ssu_stream_t st) {
+      BenchDevice::check(ssu_plan_execute_mamba3_step(plan.plan, &pr.calls[k], st),
+                         "ssu_plan_execute_mamba3_step");
+    };
+    BenchDevice* dev = env.dev;
+    const Op gathered = [&](size_t k, ssu_stream_t st) {
+      const auto* src = reinterpret_cast<const int32_t*>(pr.src.at(k * size_t(Bt) * 4));
+      const auto* dst = reinterpret_cast<const int32_t*>(pr.dst.at(k * size_t(Bt) * 4));
+      dev->copy_rows(pr.dstate.ptr, nullptr, pr.state.ptr, src, shape.state_row(), Bt, st);
+      dev->copy_rows(pr.dprev_B.ptr, nullptr, pr.prev_B.ptr, src, shape.prev_B_row(), Bt, st);
+      dev->copy_rows(pr.dprev_x.ptr, nullptr, pr.prev_x.ptr, src, shape.prev_x_row(), Bt, st);
+      BenchDevice::check(ssu_plan_execute_mamba3_step(dense_plan.plan, &pr.dense_calls[k], st),
+                         "ssu_plan_execute_mamba3_step (dense)");
+      dev->copy_rows(pr.state.ptr, dst, pr.dstate.ptr, nullptr, shape.state_row(), Bt, st);
+      dev->copy_rows(pr.prev_B.ptr, dst, pr.dprev_B.ptr, nullptr, shape.prev_B_row(), Bt, st);
+      dev->copy_rows(pr.prev_x.ptr, dst, pr.dprev_x.ptr, nullptr, shape.prev_x_row(), Bt, st);
+    };
+
+    Row r{};
+    r.batch = Bt;
+    r.bytes = shape.bytes(Bt);
+    r.slots = pr.slots;
+    r.sets = pr.sets;
+    r.pool_mib = double(pr.slots) * double(shape.slot_bytes()) / double(kMiB);
+    const Timed t = measure(env.dev, direct, pr.calls.size(), o.iters, env.cuda);
+    r.time_s = t.time_s;
+    r.host_s = t.host_s;
+    r.iters = t.iters;
+    const Timed g = measure(env.dev, gathered, pr.calls.size(), o.iters, env.cuda);
+    r.alt_s = g.time_s;
+    r.alt_host_s = g.host_s;
+    r.copy_s = time_matched_copy(env.dev, r.bytes, t.iters);
+    std::fprintf(stderr,
+                 "  batch %5lld: %10.1f us  %8.2f GB/s  (copy %8.2f GB/s, %.2fx); gather path "
+                 "%10.1f us (%.2fx the time)\n",
+                 (long long)Bt, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio(), r.alt_s * 1e6,
+                 r.alt_s / r.time_s);
+    rows.push_back(r);
+    rep.rows.push_back(json_row_common(r) +
+                       format(", \"gather_time_us\": %.3f, \"gather_host_us\": %.3f, "
+                              "\"gather_over_direct\": %.4f}",
+                              r.alt_s * 1e6, r.alt_host_s * 1e6, r.alt_s / r.time_s));
+  } catch (const std::exception& e) {
+    rep.error = e.what();
+    break;
+  }
+
+  if (rows.empty()) return;
+  double best_copy = 0.0;
+  for (const Row& r : rows) best_copy = std::max(best_copy, r.copy_gbps());
+  print_header(rep, best_copy, env.cuda, config_text(shape));
+  std::printf("gather path: gather the rows of state, prev_B, prev_x into dense buffers, the "
+              "step without slot indices, scatter the rows to the dst slots (%s)\n\n",
+              env.cuda ? "row copy kernel" : "memcpy per row");
+  std::printf("| batch | MiB moved | time (us) | GB/s | copy GB/s | ratio to copy | gather path (us) "
+              "| gather / direct | host us/call |\n");
+  std::printf("|------:|----------:|----------:|-----:|----------:|--------------:|-----------------:"
+              "|----------------:|-------------:|\n");
+  for (const Row& r : rows)
+    std::printf("| %lld | %.2f | %.1f | %.2f | %.2f | %.3f | %.1f | %.2f | %.1f |\n",
+                (long long)r.batch, double(r.bytes) / double(kMiB), r.time_s * 1e6, r.gbps(),
+                r.copy_gbps(), r.ratio(), r.alt_s * 1e6, r.alt_s / r.time_s, r.host_s * 1e6);
 }
 
 int run(const Options& o) {
@@ -602,103 +1158,37 @@ int run(const Options& o) {
     dev = make_cpu_bench_device(ctx, o.threads);
   }
 
-  std::vector<int64_t> batches = o.batches;
-  if (batches.empty()) {
-    batches = {1, 2, 4, 8, 16, 32, 64};
-    if (backend == SSU_BACKEND_CUDA)
-      for (int64_t b : {128, 256, 512}) batches.push_back(b);
+  Env env{ctx, dev.get(), backend == SSU_BACKEND_CUDA, o.batches, 0};
+  if (env.batches.empty()) {
+    env.batches = {1, 2, 4, 8, 16, 32, 64};
+    if (env.cuda)
+      for (int64_t b : {128, 256, 512}) env.batches.push_back(b);
   }
-  const Shape shape{o.heads, o.dim, o.dstate, o.groups, o.tokens, o.mamba1,
-                    o.state_dtype, o.input_dtype};
-  const size_t pool_target =
-      backend == SSU_BACKEND_CUDA ? kCudaPoolBytes : 4 * last_level_cache_bytes();
-  const std::string device = dev->name();
-  const std::string date = utc_now();
-  std::string algorithm = "?";
+  env.pool_target = env.cuda ? kCudaPoolBytes : 4 * last_level_cache_bytes();
 
-  std::fprintf(stderr, "ssu-bench: %s backend on %s\nssu-bench: %s\n", ssu_backend_name(backend),
-               device.c_str(), config_text(shape).c_str());
+  Report rep;
+  rep.device = dev->name();
+  rep.backend = ssu_backend_name(backend);
+  rep.date = utc_now();
+  std::fprintf(stderr, "ssu-bench: %s backend on %s\n", rep.backend.c_str(), rep.device.c_str());
 
-  std::vector<Row> rows;
-  Rng rng(0x55u);
+  // A sweep stops at its first failure and prints the rows measured before.
+  if (o.mamba3)
+    run_mamba3(o, env, rep);
+  else
+    run_update(o, env, rep);
   int rc = 0;
-  try {
-    for (int64_t Bt : batches) {
-      Problem pr;
-      build_problem(pr, dev.get(), shape, Bt, pool_target, rng);
-      ssu_plan_t plan = nullptr;
-      st = ssu_plan_create_update(ctx, &pr.calls[0], nullptr, &plan);
-      if (st != SSU_SUCCESS)
-        throw std::runtime_error(std::string("ssu_plan_create_update: ") + ssu_status_string(st) +
-                                 ": " + ssu_last_error_message());
-      ssu_plan_info_t info = SSU_PLAN_INFO_INIT;
-      if (ssu_plan_get_info(plan, &info) == SSU_SUCCESS && info.algorithm_name)
-        algorithm = info.algorithm_name;
-
-      Row r{};
-      r.batch = Bt;
-      r.bytes = shape.bytes(Bt);
-      r.slots = pr.slots;
-      r.sets = pr.sets;
-      int iters = o.iters;
-      if (iters == 0) {
-        // About 1 s of timed work per batch size. An iteration is one call on
-        // the CPU and one replay of a graph of max(rotated calls, 20) calls
-        // on CUDA (see bench_cuda.cpp), whose event timings are steadier.
-        const double est = std::max(dev->time_update(plan, pr.calls, 3), 1e-9);
-        if (backend == SSU_BACKEND_CUDA) {
-          const double per_iter = est * double(std::max<int64_t>(pr.sets, 20));
-          iters = static_cast<int>(std::min(200.0, std::max(10.0, 1.0 / per_iter)));
-        } else {
-          iters = static_cast<int>(std::min(2000.0, std::max(20.0, 1.0 / est)));
-        }
-      }
-      r.iters = iters;
-      try {
-        r.time_s = dev->time_update(plan, pr.calls, iters);
-        r.host_s = dev->host_time_update(plan, pr.calls, std::min(iters, 200));
-      } catch (...) {
-        ssu_plan_destroy(plan);
-        throw;
-      }
-      ssu_plan_destroy(plan);
-
-      // The copy ceiling for the same bytes: bytes/2 read and bytes/2 written.
-      {
-        const size_t half = r.bytes / 2;
-        Buffer src(dev.get(), half), dst(dev.get(), half);
-        r.copy_s = dev->time_copy(dst.ptr, src.ptr, half, std::min(std::max(iters, 10), 200));
-      }
-      std::fprintf(stderr, "  batch %5lld: %10.1f us  %8.2f GB/s  (copy %8.2f GB/s, %.2fx)\n",
-                   (long long)Bt, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio());
-      rows.push_back(r);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ssu-bench: %s\n", e.what());
+  if (!rep.skipped.empty()) {
+    // Not supported here: say so and keep what was measured.
+    std::fprintf(stderr, "ssu-bench: configuration skipped: %s\n", rep.skipped.c_str());
+    std::printf("skipped: %s\n", rep.skipped.c_str());
+  }
+  if (!rep.error.empty()) {
+    std::fprintf(stderr, "ssu-bench: %s\n", rep.error.c_str());
     rc = 1;
   }
-
-  if (!rows.empty()) {
-    double best_copy = 0.0;
-    for (const Row& r : rows) best_copy = std::max(best_copy, r.copy_gbps());
-    std::printf("\nssu-bench %s | %s backend | device: %s | algorithm: %s\n", ssu_version_string(),
-                ssu_backend_name(backend), device.c_str(), algorithm.c_str());
-    std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
-                backend == SSU_BACKEND_CUDA ? "device-to-device copy"
-                                            : "best of 1-thread and multi-thread memcpy",
-                best_copy);
-    std::printf("config: %s\n\n", config_text(shape).c_str());
-    std::printf("| batch | MiB moved | time (us) | GB/s | copy GB/s | ratio to copy | host us/call |\n");
-    std::printf("|------:|----------:|----------:|-----:|----------:|--------------:|-------------:|\n");
-    for (const Row& r : rows)
-      std::printf("| %lld | %.2f | %.1f | %.2f | %.2f | %.3f | %.1f |\n", (long long)r.batch,
-                  double(r.bytes) / double(kMiB), r.time_s * 1e6, r.gbps(), r.copy_gbps(),
-                  r.ratio(), r.host_s * 1e6);
-    std::fflush(stdout);
-    if (!o.json.empty())
-      write_json(o.json, o, device, ssu_backend_name(backend), algorithm.c_str(), shape, rows,
-                 date);
-  }
+  std::fflush(stdout);
+  if (!o.json.empty()) write_json(o.json, o, rep);
   dev.reset();
   ssu_context_destroy(ctx);
   return rc;
