@@ -502,7 +502,11 @@ SSU_API ssu_status_t ssu_advance_seed(ssu_context_t context, uint64_t* seed,
  * Arguments of one Mamba-3 decode step, served straight from the pools
  * (see ssu_state_pool_t): state (S, H, P, N) f32/bf16/f16, prev_B
  * (S, R, H, N) and prev_x (S, H, P) in the input dtype. R is the MIMO rank,
- * one of 1, 2, 4, 8; N one of 16, 32, 64, 128, 256; P any multiple of 16.
+ * one of 1, 2, 4, 8; N one of 16, 32, 64, 128, 256; P any multiple of 16
+ * (other values give SSU_ERROR_NOT_SUPPORTED, as do an i16 state and a
+ * state_scale pool). The state's layout rules are those of the update
+ * (inner three axes dense, slot stride >= H*P*N). The step ignores
+ * pool->angle_state, so one pool struct can serve both Mamba-3 operations.
  *
  * Per call (Bt sequences, one token each):
  *  - A, dt, trap: (Bt, H), each f32/bf16/f16, any strides. dt is already
@@ -517,7 +521,8 @@ SSU_API ssu_status_t ssu_advance_seed(ssu_context_t context, uint64_t* seed,
  *    last axis dense.
  *  - src_index (optional, slot = b when absent), dst_index (optional):
  *    (Bt,) int32/int64, same dtype. Padding as for ssu_update_args_t: the
- *    sequence's outputs are exactly zero and no pool is read or written.
+ *    sequence's outputs are exactly zero and no pool is read or written;
+ *    a padding dst entry skips that sequence's pool stores only.
  *
  * Per sequence b, head h, row p, column n (all fp32):
  *   alpha = exp(A*dt); gamma = trap*dt; beta = (1 - trap)*dt*alpha
@@ -529,8 +534,8 @@ SSU_API ssu_status_t ssu_advance_seed(ssu_context_t context, uint64_t* seed,
  *   without:      out[b,r,h,p] = y_r[p]
  * H' is stored (rounded to nearest in the state dtype) to the dst slot
  * (default: the src slot); with SSU_MAMBA3_UPDATE_PREV, B and x are stored
- * to prev_B[dst] and prev_x[dst]. Nothing else is written. A src slot
- * >= S is rejected by the CPU backend before anything is written; the
+ * to prev_B[dst] and prev_x[dst]. Nothing else is written. A src or dst
+ * slot >= S is rejected by the CPU backend before anything is written; the
  * CUDA backend treats it as padding and sets SSU_ERROR_BIT_INDEX.
  */
 typedef struct ssu_mamba3_step_args {
@@ -575,14 +580,20 @@ SSU_API ssu_status_t ssu_plan_execute_mamba3_step(ssu_plan_t plan,
 /**
  * The Mamba-3 rotary step, which prepares B (k) and C (q) for
  * ssu_plan_execute_mamba3_step and advances the angle pool:
- *  - pool->angle_state: (S, H, Sa) f32, 1 <= Sa <= N/2.
+ *  - pool->angle_state: (S, H, Sa) f32, 1 <= Sa <= N/2 (the other pools
+ *    of the struct are ignored).
  *  - angle_rate: (Bt, H, Sa) raw rates; dt: (Bt, H) (softplus-ed); each
  *    f32/bf16/f16.
- *  - q, k: (Bt, R, H, N), one float dtype, last axis dense; q_bias, k_bias
- *    (optional): (R, H, N), any float dtype and strides.
+ *  - q, k: (Bt, R, H, N), one float dtype, last axis dense; any R >= 1,
+ *    N <= 256 (larger: SSU_ERROR_NOT_SUPPORTED), N even with ..._HALVED;
+ *    q_bias, k_bias (optional): (R, H, N), any float dtype and strides.
  *  - q_out, k_out: like q (the same dtype); each may be exactly its input
- *    (same pointer and strides) for an in-place update.
- *  - src_index / dst_index as for the step.
+ *    (same pointer and strides) for an in-place update, else it must not
+ *    overlap any input or the other output (an output that shares its
+ *    input's pointer with other strides, or shares a pointer with the other
+ *    input or output, is refused).
+ *  - src_index / dst_index as for the step (a padding dst entry skips the
+ *    angle store only; slots >= S are handled as for the step).
  * Per sequence b, head h (fp32):
  *   theta[i] = angle_state[src, h, i] + tanh(angle_rate[b, h, i]) * pi * dt[b, h]
  *   reduced to [0, 2*pi) and stored to angle_state[dst, h, i];
