@@ -183,6 +183,8 @@ std::string describe(const UpdateCase& c) {
   if (c.layout & kBroadcast) o << "broadcast,";
   if (c.layout & kTransposed) o << "transposed,";
   if (c.large_dt) o << " large_dt";
+  if (c.stochastic) o << " sr(seed=" << c.rounding_seed << ",rounds=" << c.rounding_rounds << ")";
+  if (c.exact_values) o << " exact_values";
   o << " extra_slots=" << c.extra_slots << " seed=" << c.seed;
   return o.str();
 }
@@ -220,7 +222,8 @@ struct TensorRef {
 struct UpdateProblem::Impl {
   std::vector<Buffer> buffers;
   TensorRef state, x, dt, A, B, C, D, dt_bias, z, out, src, dst, cu, accepted, inter,
-      inter_idx;
+      inter_idx, scale, inter_scale, seed;
+  uint64_t seed_value = 0;
   int64_t pad_slot_id = -1;
   int64_t max_tokens = 0;
   uint32_t flags = 0;
@@ -545,10 +548,29 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
       c.has_dt_bias ? per_head_param("dt_bias", c.dt_bias, c.dt_bias_per_channel) : TensorRef{};
 
   // State pool (S, H, P, N), slot stride possibly padded.
-  m.state = m.make("state", c.state, {S_, H, P, N}, {}, 1, {padv(64, 7), 0, 0, 0}, {}, true);
-  if (inter)
+  // (make() pads after a run of an axis, i.e. the stride of the next outer
+  // axis: the pad of axis 1 is what makes the slot stride non-dense.)
+  const bool i16 = c.state == SSU_DTYPE_I16;
+  if (c.stochastic && c.state != SSU_DTYPE_F16 && c.state != SSU_DTYPE_BF16)
+    throw std::logic_error("UpdateProblem: stochastic rounding needs an f16/bf16 state: " +
+                           describe(c));
+  m.state = m.make("state", c.state, {S_, H, P, N}, {}, 1, {0, padv(64, 7), 0, 0}, {}, true);
+  if (i16)
+    m.scale = m.make("state_scale", SSU_DTYPE_F32, {S_, H, P}, {}, 1, {0, padv(16, 5), 0}, {},
+                     true);
+  if (inter) {
     m.inter = m.make("intermediate_states", c.state, {I, T, H, P, N}, {}, 1,
                      {padv(32, 5), padv(64, 3), 0, 0, 0}, {}, true);
+    if (i16)
+      m.inter_scale = m.make("intermediate_scales", SSU_DTYPE_F32, {I, T, H, P}, {}, 1,
+                             {0, padv(8, 3), padv(16, 1), 0}, {}, true);
+  }
+  if (c.stochastic) {
+    m.seed = m.make("rounding_seed", SSU_DTYPE_I64, {1}, {}, 1, {}, {}, false);
+    Buffer& sb = m.buf(m.seed);
+    std::memcpy(sb.image.data() + sb.lead * sb.esize(), &c.rounding_seed, 8);
+    m.seed_value = c.rounding_seed;
+  }
 
   // Index tensors use the case's index dtype; cu_seqlens of a case without
   // slot indices alternates between int32 and int64 with the seed.
@@ -602,6 +624,27 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
   }
 
   // --- values -----------------------------------------------------------------
+  if (c.exact_values) {
+    // Every fp32 state value exact (see UpdateCase::exact_values): delta a
+    // multiple of 1/4 up to 1.5, x in {0, +-1/2, +-1, +-2}, B on a 2^-10 grid
+    // in [-1, 1], A = 0; with the initial state on a 2^-12 grid in [-8, 8]
+    // every h stays on a 2^-13 grid below 2^6: at most 19 significant bits.
+    if (c.softplus || c.large_dt)
+      throw std::logic_error("UpdateProblem: exact_values excludes softplus: " + describe(c));
+    m.fill(m.x, [&](const int64_t*) {
+      if (rng.chance(0.1)) return 0.0;
+      const double v = std::ldexp(1.0, int(rng.below(3)) - 1);
+      return rng.chance(0.5) ? -v : v;
+    });
+    if (c.has_z) m.fill(m.z, [&](const int64_t*) { return rng.normal(); });
+    m.fill(m.B, [&](const int64_t*) { return double(rng.below(2049) - 1024) / 1024.0; });
+    m.fill(m.C, [&](const int64_t*) { return rng.normal(); });
+    m.fill(m.dt, [&](const int64_t*) { return std::ldexp(1.0, int(rng.below(3)) - 2); });
+    if (c.has_dt_bias)
+      m.fill(m.dt_bias, [&](const int64_t*) { return 0.25 * double(rng.below(3)); });
+    m.fill(m.A, [&](const int64_t*) { return 0.0; });
+    if (c.has_D) m.fill(m.D, [&](const int64_t*) { return rng.normal(); });
+  } else {
   m.fill(m.x, [&](const int64_t*) { return rng.normal(); });
   if (c.has_z) m.fill(m.z, [&](const int64_t*) { return rng.normal(); });
   m.fill(m.B, [&](const int64_t*) { return rng.normal(); });
@@ -620,7 +663,41 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
   else
     m.fill(m.A, [&](const int64_t*) { return -std::exp(rng.uniform(0.0, std::log(16.0))); });
   if (c.has_D) m.fill(m.D, [&](const int64_t*) { return rng.normal(); });
-  m.fill(m.state, [&](const int64_t*) { return rng.normal(); });
+  }
+  if (i16) {
+    // Codes and a decode scale per row: quantized normal rows (now and then
+    // an all-zero row, scale 1), or, for exact values, arbitrary codes with
+    // one on a rail and the scale 2^-12, so that every load is exact.
+    std::vector<double> codes(size_t(S_ * HPN)), scales(size_t(S_ * H * P));
+    std::vector<float> row(static_cast<size_t>(N));
+    for (int64_t r = 0; r < S_ * H * P; ++r) {
+      const bool zero = rng.chance(c.exact_values ? 0.15 : 0.05);
+      if (zero) {
+        for (int64_t n = 0; n < N; ++n) codes[size_t(r * N + n)] = 0.0;
+        scales[size_t(r)] = 1.0;
+      } else if (c.exact_values) {
+        for (int64_t n = 0; n < N; ++n) codes[size_t(r * N + n)] = double(rng.below(65535) - 32767);
+        codes[size_t(r * N + rng.below(N))] = rng.chance(0.5) ? 32767.0 : -32767.0;
+        scales[size_t(r)] = std::ldexp(1.0, -12);
+      } else {
+        for (auto& v : row) v = float(rng.normal());
+        const QuantizedRow q = ref_quantize_row(row.data(), N);
+        for (int64_t n = 0; n < N; ++n) codes[size_t(r * N + n)] = q.q[size_t(n)];
+        scales[size_t(r)] = q.scale;
+      }
+    }
+    m.fill(m.state, [&](const int64_t* idx) {
+      return codes[size_t(((idx[0] * H + idx[1]) * P + idx[2]) * N + idx[3])];
+    });
+    m.fill(m.scale,
+           [&](const int64_t* idx) { return scales[size_t((idx[0] * H + idx[1]) * P + idx[2])]; });
+  } else if (c.exact_values) {
+    m.fill(m.state, [&](const int64_t*) {
+      return std::max(-8.0, std::min(8.0, std::round(rng.normal() * 8192.0) / 4096.0));
+    });
+  } else {
+    m.fill(m.state, [&](const int64_t*) { return rng.normal(); });
+  }
 
   // --- arguments --------------------------------------------------------------
   m.flags = (c.softplus ? SSU_UPDATE_DT_SOFTPLUS : 0u) |
@@ -684,7 +761,9 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
     }
   r.state.resize(size_t(S_ * HPN));
   for_each_index(4, m.state.shape, [&](const int64_t* idx) {
-    r.state[size_t(((idx[0] * H + idx[1]) * P + idx[2]) * N + idx[3])] = m.get(m.state, idx);
+    double v = m.get(m.state, idx);
+    if (i16) v = ref_dequantize(int16_t(v), float(m.get(m.scale, idx)));
+    r.state[size_t(((idx[0] * H + idx[1]) * P + idx[2]) * N + idx[3])] = v;
   });
   r.src = src;
   r.src_2d = src2d;
@@ -702,6 +781,7 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
   std::memset(&pool_, 0, sizeof pool_);
   pool_.struct_size = uint32_t(sizeof(ssu_state_pool_t));
   pool_.state = m.descriptor(m.state);
+  pool_.state_scale = m.descriptor(m.scale);
 }
 
 UpdateProblem::~UpdateProblem() {
@@ -734,7 +814,40 @@ ssu_update_args_t UpdateProblem::args() const {
   a.intermediate_states = m.descriptor(m.inter);
   a.intermediate_index = m.descriptor(m.inter_idx);
   a.error_word = nullptr;
+  a.intermediate_scales = m.descriptor(m.inter_scale);
+  a.rounding_seed = rounding_seed_ptr();
+  a.rounding_rounds = case_.stochastic ? case_.rounding_rounds : 0u;
   return a;
+}
+
+uint64_t* UpdateProblem::rounding_seed_ptr() const {
+  const Impl& m = *impl_;
+  if (m.seed.buffer < 0) return nullptr;
+  return static_cast<uint64_t*>(m.descriptor(m.seed).data);
+}
+
+void UpdateProblem::reset_outputs() {
+  for (auto& b : impl_->buffers)
+    if (b.output) mem_.upload(b.dev, b.image.data(), b.bytes());
+}
+
+void UpdateProblem::set_rounding_seed(uint64_t value) {
+  Impl& m = *impl_;
+  if (m.seed.buffer < 0) throw std::logic_error("set_rounding_seed: the case is not stochastic");
+  Buffer& b = m.buf(m.seed);
+  std::memcpy(b.image.data() + b.lead * b.esize(), &value, 8);
+  mem_.upload(b.dev, b.image.data(), b.bytes());
+  m.seed_value = value;
+}
+
+std::vector<uint8_t> UpdateProblem::download(const std::string& name) const {
+  for (const auto& b : impl_->buffers)
+    if (b.name == name) {
+      std::vector<uint8_t> v(b.bytes());
+      mem_.download(v.data(), b.dev, b.bytes());
+      return v;
+    }
+  throw std::logic_error("download: no buffer named " + name);
 }
 
 void UpdateProblem::reset() {
@@ -912,31 +1025,120 @@ CheckResult UpdateProblem::check() const {
         });
       }
   }
-  // state pool
+  // State pool and intermediate buffer, row by row. A row (all but the last
+  // axis) is stored whole or not at all.
   const Tol stol = state_tol(c.state);
-  for_each_index(4, m.state.shape, [&](const int64_t* idx) {
-    const size_t at = size_t(((idx[0] * H + idx[1]) * P + idx[2]) * N + idx[3]);
-    compare(m.state, idx, ex.state[at], ex.state_expect[at], stol, [&] {
-      char where[160];
-      std::snprintf(where, sizeof where, "state[slot=%lld h=%lld p=%lld n=%lld]", ll(idx[0]),
-                    ll(idx[1]), ll(idx[2]), ll(idx[3]));
-      return std::string(where);
+  const bool i16 = c.state == SSU_DTYPE_I16;
+  const int64_t slot_stride = m.state.strides[0];
+  auto check_rows = [&](const char* name, const TensorRef& st, const TensorRef& sc,
+                        const std::vector<double>& refv, const std::vector<Expect>& expv,
+                        const std::vector<int64_t>& row_src) {
+    const int rd = st.ndim - 1;  // row axes
+    std::vector<float> fr(static_cast<size_t>(N));
+    int64_t r = 0;  // row-major row number, the reference's layout
+    for_each_index(rd, st.shape, [&](const int64_t* ridx) {
+      int64_t idx[SSU_MAX_DIMS] = {0};
+      for (int k = 0; k < rd; ++k) idx[k] = ridx[k];
+      const int64_t hh = ridx[rd - 2], pp = ridx[rd - 1];
+      auto where = [&](int64_t n) {
+        std::string w = std::string(name) + "[";
+        for (int k = 0; k < rd; ++k) w += std::to_string(ridx[k]) + ",";
+        return w + (n < 0 ? std::string("scale") : "n=" + std::to_string(n)) + "]";
+      };
+      const size_t base = size_t(r * N);
+      const Expect how = expv[base];
+      ++r;
+      if (how != Expect::Close || (!i16 && !c.exact_values)) {
+        for (int64_t n = 0; n < N; ++n) {
+          idx[rd] = n;
+          compare(st, idx, refv[base + size_t(n)], expv[base + size_t(n)], stol,
+                  [&] { return where(n); });
+        }
+        return;  // an unstored scale is checked as unchanged with the gaps
+      }
+      for (int64_t n = 0; n < N; ++n) fr[size_t(n)] = float(refv[base + size_t(n)]);
+      const int64_t src_slot = row_src[size_t(r - 1)];
+      // The raw stored element n of this row.
+      auto raw = [&](int64_t n) -> const uint8_t* {
+        idx[rd] = n;
+        const size_t bi = size_t(st.buffer);
+        const int64_t e = m.buffers[bi].lead + st.offset(idx);
+        covered[bi][size_t(e)] = 1;
+        ++rep.checked;
+        return &got[bi][size_t(e) * m.buffers[bi].esize()];
+      };
+      if (!i16) {
+        // Exact values: the stored bits are what SPEC.md section 5 says for
+        // the (exact) fp32 value.
+        for (int64_t n = 0; n < N; ++n) {
+          const float f = fr[size_t(n)];
+          uint32_t want = 0, have = 0;
+          const uint8_t* gp = raw(n);
+          if (c.state == SSU_DTYPE_F32) {
+            std::memcpy(&want, &f, 4);
+            std::memcpy(&have, gp, 4);
+          } else {
+            uint16_t h16;
+            std::memcpy(&h16, gp, 2);
+            have = h16;
+            if (c.stochastic) {
+              const uint64_t L = uint64_t(src_slot * slot_stride + (hh * P + pp) * N + n);
+              const uint32_t w = ref_sr_word(m.seed_value, L, c.rounding_rounds);
+              want = c.state == SSU_DTYPE_F16 ? ref_f16_sr(f, w) : ref_bf16_sr(f, w);
+            } else {
+              want = c.state == SSU_DTYPE_F16 ? float_to_f16_bits(f) : float_to_bf16_bits(f);
+            }
+          }
+          if (want != have) {
+            char b[160];
+            std::snprintf(b, sizeof b, " stored 0x%x, expected 0x%x for the exact value %.9g",
+                          have, want, double(f));
+            rep.fail(where(n) + b);
+          }
+        }
+        return;
+      }
+      // int16: codes and the decode scale.
+      const QuantizedRow q = ref_quantize_row(fr.data(), N);
+      int64_t sidx[SSU_MAX_DIMS] = {0};
+      for (int k = 0; k < rd; ++k) sidx[k] = ridx[k];
+      const size_t sbi = size_t(sc.buffer);
+      const int64_t se = m.buffers[sbi].lead + sc.offset(sidx);
+      covered[sbi][size_t(se)] = 1;
+      ++rep.checked;
+      float gs;
+      std::memcpy(&gs, &got[sbi][size_t(se) * 4], 4);
+      if (c.exact_values) {
+        if (std::memcmp(&gs, &q.scale, 4) != 0)
+          rep.fail(where(-1) + " stored " + fmt_double(gs) + ", expected " + fmt_double(q.scale));
+      } else if (!(std::fabs(gs - q.scale) <= 1e-3 * q.scale + 1e-4 / 32767.0)) {
+        rep.fail(where(-1) + " stored " + fmt_double(gs) + ", expected about " +
+                 fmt_double(q.scale) + " (max|row| / 32767)");
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        int16_t code;
+        std::memcpy(&code, raw(n), 2);
+        if (c.exact_values) {
+          if (code != q.q[size_t(n)])
+            rep.fail(where(n) + " code " + std::to_string(code) + ", expected " +
+                     std::to_string(q.q[size_t(n)]) + " for the exact value " +
+                     fmt_double(fr[size_t(n)]));
+          continue;
+        }
+        const double ref = refv[base + size_t(n)];
+        const double g = double(ref_dequantize(code, gs));
+        const double lim = 2.0 * double(q.scale) + 1e-4 * std::fabs(ref);
+        if (code == -32768 || !(std::fabs(g - ref) <= lim))
+          rep.fail(where(n) + " code " + std::to_string(code) + " * scale " + fmt_double(gs) +
+                   " = " + fmt_double(g) + ", ref " + fmt_double(ref) + " > tol " +
+                   fmt_double(lim));
+      }
     });
-  });
-  // intermediate buffer
-  if (m.inter.buffer >= 0) {
-    for_each_index(5, m.inter.shape, [&](const int64_t* idx) {
-      const size_t at =
-          size_t((((idx[0] * T + idx[1]) * H + idx[2]) * P + idx[3]) * N + idx[4]);
-      compare(m.inter, idx, ex.inter[at], ex.inter_expect[at], stol, [&] {
-        char where[160];
-        std::snprintf(where, sizeof where,
-                      "intermediate_states[i=%lld t=%lld h=%lld p=%lld n=%lld]", ll(idx[0]),
-                      ll(idx[1]), ll(idx[2]), ll(idx[3]), ll(idx[4]));
-        return std::string(where);
-      });
-    });
-  }
+  };
+  check_rows("state", m.state, m.scale, ex.state, ex.state_expect, ex.state_row_src);
+  if (m.inter.buffer >= 0)
+    check_rows("intermediate_states", m.inter, m.inter_scale, ex.inter, ex.inter_expect,
+               ex.inter_row_src);
   // Everything else (inputs, gaps, guards) must be bit-identical.
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const Buffer& b = m.buffers[i];

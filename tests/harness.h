@@ -114,6 +114,20 @@ struct UpdateCase {
   uint64_t seed = 1;
   const char* tag = "";    // a short name of what the case exercises
 
+  // state = SSU_DTYPE_I16 gives a block-scaled pool: state_scale (and, with
+  // an intermediate buffer, intermediate_scales) come with it.
+  // Stochastic rounding of f16 / bf16 state stores: rounding_seed points at
+  // a uint64 holding `rounding_seed` in the backend's memory.
+  bool stochastic = false;
+  uint64_t rounding_seed = 0;
+  uint32_t rounding_rounds = 0;  // 0: the library's default (10)
+  // Inputs for which every fp32 state value is exact (A = 0 so dA = 1, no
+  // softplus, dt, dt_bias and x small powers of two, B and the state on a
+  // 2^-12 grid): the float64 reference then knows the fp32 value the
+  // library stores, and check() compares stored state bits exactly (RN, SR
+  // and int16 codes and scales), not within tolerance.
+  bool exact_values = false;
+
   // Fluent setters for readable case tables.
   UpdateCase& single() { form = Form::Single; T = 1; return *this; }
   UpdateCase& multi(int64_t t) { form = Form::Multi; T = t; return *this; }
@@ -127,6 +141,10 @@ struct UpdateCase {
   UpdateCase& shape(int64_t h, int64_t g, int64_t p, int64_t n) {
     H = h; G = g; P = p; N = n; return *this;
   }
+  UpdateCase& sr(uint64_t seed_value, uint32_t rounds = 0) {
+    stochastic = true; rounding_seed = seed_value; rounding_rounds = rounds; return *this;
+  }
+  UpdateCase& exact() { exact_values = true; softplus = false; large_dt = false; return *this; }
   UpdateCase& mamba1() {
     H = G = 1;
     A_per_channel = dt_per_channel = D_per_channel = dt_bias_per_channel = true;
@@ -163,6 +181,20 @@ class UpdateProblem {
   int64_t rows() const { return rows_; }
   // Restores every buffer to its initial (poisoned) contents.
   void reset();
+  // Restores only what the library may write (outputs, pool, scales,
+  // intermediate buffers), leaving inputs such as the rounding seed as they
+  // are in the backend's memory.
+  void reset_outputs();
+  // Sets the rounding seed (initial image, backend memory and the
+  // expectations of check()). The case must be stochastic.
+  void set_rounding_seed(uint64_t value);
+  // The raw bytes of a named buffer ("state", "state_scale", "out",
+  // "intermediate_states", "intermediate_scales", "rounding_seed", ...),
+  // guards and gaps included, as they are now in the backend's memory.
+  std::vector<uint8_t> download(const std::string& buffer) const;
+  // Pointer to the rounding seed in the backend's memory (NULL if the case
+  // is not stochastic).
+  uint64_t* rounding_seed_ptr() const;
   // Downloads every buffer and checks each element against the reference.
   CheckResult check() const;
   // Downloads every buffer and checks it is bit-identical to its initial

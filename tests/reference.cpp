@@ -2,7 +2,9 @@
 #include "reference.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -109,6 +111,96 @@ double round_to_dtype(double value, ssu_dtype_t dtype) {
 double softplus20(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
 
 // ---------------------------------------------------------------------------
+// Exact stores
+// ---------------------------------------------------------------------------
+Philox4 ref_philox4x32(uint64_t seed, uint64_t counter, uint32_t rounds) {
+  // Named after the specification's (c0, c1, c2, c3) and (k0, k1).
+  uint32_t c[4] = {uint32_t(counter & 0xffffffffu), uint32_t(counter >> 32), 0u, 0u};
+  uint32_t k[2] = {uint32_t(seed & 0xffffffffu), uint32_t(seed >> 32)};
+  for (uint32_t round = 0; round < rounds; ++round) {
+    const uint64_t p0 = uint64_t(0xD2511F53u) * uint64_t(c[0]);
+    const uint64_t p2 = uint64_t(0xCD9E8D57u) * uint64_t(c[2]);
+    const uint32_t next[4] = {
+        uint32_t(p2 >> 32) ^ c[1] ^ k[0],
+        uint32_t(p2),
+        uint32_t(p0 >> 32) ^ c[3] ^ k[1],
+        uint32_t(p0),
+    };
+    for (int i = 0; i < 4; ++i) c[i] = next[i];
+    k[0] += 0x9E3779B9u;
+    k[1] += 0xBB67AE85u;
+  }
+  Philox4 r;
+  for (int i = 0; i < 4; ++i) r.v[i] = c[i];
+  return r;
+}
+
+uint32_t ref_sr_word(uint64_t seed, uint64_t L, uint32_t rounds) {
+  const uint64_t lane = L % 4;
+  return ref_philox4x32(seed, L - lane, rounds == 0 ? 10u : rounds).v[lane];
+}
+
+uint16_t ref_bf16_sr(float value, uint32_t rnd) {
+  const uint32_t u = float_bits(value);
+  const uint32_t sign = u >> 31;
+  const uint32_t mag = u & 0x7fffffffu;
+  if (std::isnan(value)) return uint16_t((sign << 15) | 0x7fc0u);
+  if (std::isinf(value)) return uint16_t((sign << 15) | 0x7f80u);
+  // The magnitude plus the random bits, in 64 bits so nothing can wrap.
+  const uint64_t sum = uint64_t(mag) + (rnd & 0xffffu);
+  uint64_t kept = sum >> 16;                 // bf16 magnitude bits
+  if (kept >= 0x7f80u) kept = 0x7f80u;       // past the largest finite: Inf
+  return uint16_t((sign << 15) | uint32_t(kept));
+}
+
+uint16_t ref_f16_sr(float value, uint32_t rnd) {
+  const uint32_t u = float_bits(value);
+  const uint32_t sign = u >> 31;
+  if (std::isnan(value)) return uint16_t((sign << 15) | 0x7e00u);
+  if (std::isinf(value)) return uint16_t((sign << 15) | 0x7c00u);
+  const uint64_t sum = uint64_t(u & 0x7fffffffu) + (rnd & 0x1fffu);
+  // The fp32 fields of the sum; truncation keeps the top 10 mantissa bits.
+  const int64_t exp32 = int64_t(sum >> 23);  // biased by 127
+  const uint32_t man10 = uint32_t((sum >> 13) & 0x3ffu);
+  const int64_t exp16 = exp32 - 127 + 15;
+  if (exp16 < 1) return uint16_t(sign << 15);                  // below 2^-14: signed zero
+  if (exp16 > 30) return uint16_t((sign << 15) | 0x7c00u);     // 2^16 and beyond: Inf
+  return uint16_t((sign << 15) | (uint32_t(exp16) << 10) | man10);
+}
+
+QuantizedRow ref_quantize_row(const float* v, int64_t n) {
+  QuantizedRow r;
+  r.q.assign(size_t(n), 0);
+  bool has_nan = false, has_inf = false;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(v[i])) has_nan = true;
+    else if (std::isinf(v[i])) has_inf = true;
+    else amax = std::max(amax, std::fabs(v[i]));
+  }
+  if (has_nan || has_inf) {
+    r.scale = has_nan ? std::numeric_limits<float>::quiet_NaN()
+                      : std::numeric_limits<float>::infinity();
+    return r;
+  }
+  const float enc = amax == 0.0f ? 1.0f : 32767.0f / amax;
+  r.scale = 1.0f / enc;
+  for (int64_t i = 0; i < n; ++i) {
+    float s = v[i] * enc;
+    s = std::min(32767.0f, std::max(-32767.0f, s));
+    // Round half to even by hand: floor, then look at the fraction.
+    const double f = std::floor(double(s));
+    const double frac = double(s) - f;
+    double k = f;
+    if (frac > 0.5 || (frac == 0.5 && std::fmod(f, 2.0) != 0.0)) k = f + 1.0;
+    r.q[size_t(i)] = int16_t(k);
+  }
+  return r;
+}
+
+float ref_dequantize(int16_t q, float scale) { return float(q) * scale; }
+
+// ---------------------------------------------------------------------------
 // The update
 // ---------------------------------------------------------------------------
 namespace {
@@ -174,12 +266,16 @@ RefResult reference_update(const RefProblem& pr) {
       invalid(std::string(what) + " of sequence " + std::to_string(b) + " is " +
               std::to_string(slot) + " >= S=" + std::to_string(S));
   };
+  r.state_row_src.assign(size_t(S * HP), -1);
+  r.inter_row_src.assign(size_t(pr.I * T * HP), -1);
   auto store_state = [&](std::vector<double>& dstv, std::vector<Expect>& expect,
-                         int64_t base, const std::vector<double>& h) {
+                         std::vector<int64_t>& row_src, int64_t base, int64_t src_slot,
+                         const std::vector<double>& h) {
     for (int64_t i = 0; i < HPN; ++i) {
       dstv[size_t(base + i)] = h[size_t(i)];
       expect[size_t(base + i)] = Expect::Close;
     }
+    for (int64_t i = 0; i < HP; ++i) row_src[size_t(base / N + i)] = src_slot;
   };
 
   std::vector<double> h(static_cast<size_t>(HPN));
@@ -263,10 +359,11 @@ RefResult reference_update(const RefProblem& pr) {
         const int64_t d = pr.dst[size_t(b * T + t)];
         if (!pr.is_padding(d)) {
           check_slot(d, "dst", b);
-          store_state(r.state, r.state_expect, d * HPN, h);
+          store_state(r.state, r.state_expect, r.state_row_src, d * HPN, s0, h);
         }
       }
-      if (inter_store) store_state(r.inter, r.inter_expect, (ii * T + t) * HPN, h);
+      if (inter_store)
+        store_state(r.inter, r.inter_expect, r.inter_row_src, (ii * T + t) * HPN, s0, h);
     }
 
     // Final store.
@@ -274,7 +371,7 @@ RefResult reference_update(const RefProblem& pr) {
       const int64_t d = pr.dst.empty() ? s0 : pr.dst[size_t(b)];
       if (!pr.is_padding(d)) {
         check_slot(d, "dst", b);
-        store_state(r.state, r.state_expect, d * HPN, h);
+        store_state(r.state, r.state_expect, r.state_row_src, d * HPN, s0, h);
       }
     }
   }

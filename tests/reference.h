@@ -38,6 +38,38 @@ bool is_float_dtype(ssu_dtype_t dtype);
 double softplus20(double v);
 
 // ---------------------------------------------------------------------------
+// Exact state stores (SPEC.md sections 4 and 5), written from the text of the
+// specification alone. Each is defined on the fp32 value the library stores.
+// ---------------------------------------------------------------------------
+struct Philox4 {
+  uint32_t v[4];
+};
+// Philox-4x32 with `rounds` rounds: key (lo32, hi32) of `seed`, counter
+// (lo32, hi32) of `counter`, then 0, 0.
+Philox4 ref_philox4x32(uint64_t seed, uint64_t counter, uint32_t rounds);
+// The random word of pool element offset L: component L mod 4 of
+// philox(seed, L - L mod 4). `rounds` 0 means 10.
+uint32_t ref_sr_word(uint64_t seed, uint64_t L, uint32_t rounds);
+// Stochastic rounding of an fp32 value with random word `rnd`; the raw
+// 16-bit patterns. f16 adds the low 13 bits to the magnitude and truncates
+// (below 2^-14: signed zero; overflow: Inf); bf16 adds the low 16 bits.
+// NaN gives a quiet NaN, +-Inf stays +-Inf, the sign is kept.
+uint16_t ref_f16_sr(float value, uint32_t rnd);
+uint16_t ref_bf16_sr(float value, uint32_t rnd);
+
+// The int16 store of an fp32 row v[0..n): amax = max|v|, enc = amax == 0 ?
+// 1 : 32767 / amax, scale = 1 / enc, q = round_half_even(clamp(v * enc,
+// +-32767)). A row holding NaN stores codes 0 and a NaN scale, a row holding
+// +-Inf (and no NaN) codes 0 and an Inf scale (ssu.h).
+struct QuantizedRow {
+  std::vector<int16_t> q;
+  float scale = 0.0f;
+};
+QuantizedRow ref_quantize_row(const float* v, int64_t n);
+// The value an int16 element loads as: float(q) * scale, rounded to fp32.
+float ref_dequantize(int16_t q, float scale);
+
+// ---------------------------------------------------------------------------
 // The problem in logical, dense float64 form.
 // ---------------------------------------------------------------------------
 enum class RefForm { Single, Multi, Varlen };
@@ -95,6 +127,12 @@ struct RefResult {
   // Where each sequence's initial state came from (-1 when padded or empty);
   // for diagnostics.
   std::vector<int64_t> initial_slot;
+  // For every state row (S, H, P) and intermediate row (I, T, H, P) that is
+  // stored: the initial slot of the sequence that stored it (-1: not
+  // stored). A stochastically rounded store of row (h, p) draws the random
+  // words of offsets L = initial_slot * slot_stride + (h*P + p)*N + n.
+  std::vector<int64_t> state_row_src;
+  std::vector<int64_t> inter_row_src;
 };
 
 // Runs the reference. Throws std::logic_error if the problem is not a valid
