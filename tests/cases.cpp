@@ -18,7 +18,7 @@ namespace ssutest {
 namespace {
 
 constexpr ssu_dtype_t F32 = SSU_DTYPE_F32, BF16 = SSU_DTYPE_BF16, F16 = SSU_DTYPE_F16;
-constexpr ssu_dtype_t I32 = SSU_DTYPE_I32, I64 = SSU_DTYPE_I64, NOIDX = SSU_DTYPE_INVALID;
+constexpr ssu_dtype_t I16 = SSU_DTYPE_I16, I32 = SSU_DTYPE_I32, I64 = SSU_DTYPE_I64, NOIDX = SSU_DTYPE_INVALID;
 const ssu_dtype_t kFloat[3] = {F32, BF16, F16};
 
 struct Mode {
@@ -342,6 +342,65 @@ std::vector<UpdateCase> update_case_table() {
       else break;
     }
     cases.push_back(c);
+  }
+
+  // 5. int16 block-scaled states and stochastic rounding (f16, bf16), every
+  // mode, each twice: model-like values (checked within SPEC.md section 6's
+  // tolerances) and exact values (stored bits checked exactly, which pins
+  // down the quantizer, the random word of every element and the offset L
+  // of every store: final, 1-D dst, per-token dst, intermediate, varlen).
+  {
+    const ssu_dtype_t kinds[3] = {I16, F16, BF16};
+    const uint32_t rounds[] = {0, 10, 1, 32, 7};
+    const int64_t hg[][2] = {{2, 1}, {4, 2}, {3, 3}};
+    const int64_t Ps[] = {16, 64, 5};
+    const int64_t Ns[] = {16, 32, 8, 64};
+    const int64_t Ts[] = {2, 3, 4};
+    int k = 0;
+    for (const Mode& mode : ms)
+      for (ssu_dtype_t st : kinds)
+        for (bool exact : {false, true}) {
+          UpdateCase c;
+          c.tag = mode.tag;
+          c.dtypes(st, kFloat[k % 3], kFloat[(k / 3) % 3]);
+          c.shape(hg[k % 3][0], hg[k % 3][1], Ps[(k / 2) % 3], Ns[k % 4]);
+          c.batch = 3;
+          c.T = Ts[k % 3];
+          c.index = (k % 2) ? I64 : I32;
+          c.layout = kLayouts[(k / 2) % 6];
+          c.seed = seed++;
+          if (st != I16) c.sr(mix(seed * 977), rounds[k % 5]);
+          mode.set(c);
+          if (exact) c.exact();
+          if (c.form == Form::Single) c.T = 1;
+          cases.push_back(c);
+          ++k;
+        }
+    // Exact values with every state dtype rounded to nearest (the control
+    // group of the bit checks above).
+    for (const char* m : {"single_src_dst", "multi_dst_per_token", "multi_intermediate",
+                          "varlen_spec_decode"})
+      for (ssu_dtype_t st : {F32, F16, BF16})
+        add(m, [&](UpdateCase& c) {
+          c.state = st;
+          c.exact();
+        });
+    // Sizes that are multiples of nothing, seeds with high bits, larger rows.
+    for (int64_t N : {1, 7, 17, 100, 255})
+      for (ssu_dtype_t st : kinds)
+        add(N % 2 ? "multi_spec_decode" : "varlen_intermediate_index", [&](UpdateCase& c) {
+          c.state = st;
+          c.shape(3, 1, N > 64 ? 3 : 17, N);
+          if (st != I16) c.sr(0xffffffff00000000ull ^ uint64_t(N), uint32_t(N % 32) + 1);
+          if (N % 3 == 1) c.exact();
+        });
+    for (ssu_dtype_t st : kinds)
+      add("single_src_dst", [&](UpdateCase& c) {
+        c.state = st;
+        c.shape(8, 2, 64, 128);
+        c.batch = 4;
+        if (st != I16) c.sr(~uint64_t(0));
+      });
   }
   return cases;
 }

@@ -121,4 +121,28 @@ TEST_CASE("cpu: the case table covers every axis value") {
   CHECK(has([](const UpdateCase& c) { return c.num_accepted && c.form == Form::Varlen; }));
   CHECK(has([](const UpdateCase& c) { return c.dst_is_src; }));
   CHECK(has([](const UpdateCase& c) { return c.dt != c.A || c.A != c.D || c.D != c.dt_bias; }));
+  // int16 states and stochastic rounding: every form and store mode, with
+  // model-like and with exact values.
+  for (Form f : {Form::Single, Form::Multi, Form::Varlen})
+    for (bool exact : {false, true}) {
+      CHECK(has([&](const UpdateCase& c) {
+        return c.form == f && c.state == SSU_DTYPE_I16 && c.exact_values == exact;
+      }));
+      for (ssu_dtype_t s : {SSU_DTYPE_F16, SSU_DTYPE_BF16})
+        CHECK(has([&](const UpdateCase& c) {
+          return c.form == f && c.state == s && c.stochastic && c.exact_values == exact;
+        }));
+    }
+  for (Store st : {Store::Final, Store::DstPerToken, Store::Intermediate}) {
+    CHECK(has([&](const UpdateCase& c) {
+      return c.store == st && c.state == SSU_DTYPE_I16 && c.exact_values;
+    }));
+    CHECK(has([&](const UpdateCase& c) { return c.store == st && c.stochastic && c.exact_values; }));
+  }
+  CHECK(has([](const UpdateCase& c) { return c.stochastic && c.has_dst && c.exact_values; }));
+  CHECK(has([](const UpdateCase& c) { return c.stochastic && c.num_accepted && c.exact_values; }));
+  CHECK(has([](const UpdateCase& c) { return c.state == SSU_DTYPE_I16 && c.num_accepted; }));
+  CHECK(has([](const UpdateCase& c) { return c.state == SSU_DTYPE_I16 && c.pad != Pad::None; }));
+  for (uint32_t rounds : {0u, 1u, 32u})
+    CHECK(has([&](const UpdateCase& c) { return c.stochastic && c.rounding_rounds == rounds; }));
 }
