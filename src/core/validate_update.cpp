@@ -184,6 +184,22 @@ bool check_head_param(const ssu_tensor_t& t, const char* name, int64_t H, int64_
   return *sp != 0 && P > 1;
 }
 
+// The (I, T) rows of `row` elements each of an intermediate buffer (axes 0
+// and 1 of t) must not overlap: order the two axes by stride.
+void check_rows_disjoint(const ssu_tensor_t& t, const char* name, int64_t row,
+                         const char* row_what) {
+  int64_t s_lo = t.strides[0], n_lo = t.shape[0], s_hi = t.strides[1], n_hi = t.shape[1];
+  if (s_lo > s_hi || (s_lo == s_hi && n_lo > n_hi)) {
+    std::swap(s_lo, s_hi);
+    std::swap(n_lo, n_hi);
+  }
+  const bool ok =
+      (n_lo <= 1 || s_lo >= row) && (n_hi <= 1 || s_hi >= (n_lo <= 1 ? row : s_lo * n_lo));
+  if (!ok)
+    fail(SSU_ERROR_BAD_STRIDE, "%s.strides[0..1]=(%" PRId64 ", %" PRId64 ") make (I, T) rows of "
+         "%s=%" PRId64 " elements overlap", name, t.strides[0], t.strides[1], row_what, row);
+}
+
 }  // namespace
 
 ssu_state_pool_t read_state_pool(const ssu_state_pool_t* in) {
@@ -228,13 +244,16 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
   const ssu_tensor_t& st = pool.state;
   require(st, "pool.state");
   check_rank(st, "pool.state", 4, "(slots, nheads, dim, dstate)");
-  if (st.dtype == SSU_DTYPE_I16)
-    fail(SSU_ERROR_NOT_SUPPORTED, "pool.state.dtype=i16 (block-scaled states) is not supported by "
-         "this version of libssu");
-  check_float_dtype(st, "pool.state");
-  if (present(pool.state_scale))
-    fail(SSU_ERROR_NOT_SUPPORTED, "pool.state_scale is given but int16 block-scaled states are not "
-         "supported by this version of libssu");
+  const bool i16 = st.dtype == SSU_DTYPE_I16;
+  if (!i16 && !is_float(st.dtype))
+    fail(SSU_ERROR_BAD_DTYPE, "pool.state.dtype=%s but it must be f32, bf16, f16, or i16 with "
+         "pool.state_scale", ssu_dtype_name(st.dtype));
+  if (!i16 && present(pool.state_scale))
+    fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "pool.state_scale is given but pool.state.dtype=%s; decode "
+         "scales belong to i16 (block-scaled) states only", ssu_dtype_name(st.dtype));
+  if (i16 && !present(pool.state_scale))
+    fail(SSU_ERROR_NULL_POINTER, "pool.state_scale.data is NULL but pool.state.dtype=i16 needs its "
+         "decode scales, an (S, H, P) f32 pool");
   const int64_t S = st.shape[0], H = st.shape[1], P = st.shape[2], N = st.shape[3];
   if (H < 1 || P < 1 || N < 1)
     fail(SSU_ERROR_BAD_SHAPE, "pool.state.shape=%s: nheads, dim and dstate must be >= 1",
@@ -249,6 +268,25 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
   if (S > 1 && st.strides[0] < H * P * N)
     fail(SSU_ERROR_BAD_STRIDE, "pool.state.strides[0] (slot stride)=%" PRId64 " is smaller than "
          "H*P*N=%" PRId64 "; slots would overlap", st.strides[0], H * P * N);
+  if (i16) {
+    const ssu_tensor_t& sc = pool.state_scale;
+    const char* name = "pool.state_scale";
+    check_rank(sc, name, 3, "(slots, nheads, dim) of pool.state");
+    if (sc.dtype != SSU_DTYPE_F32)
+      fail(SSU_ERROR_BAD_DTYPE, "%s.dtype=%s but it must be f32", name, ssu_dtype_name(sc.dtype));
+    check_dim(sc, name, 0, S, "the slot count S (pool.state.shape[0])");
+    check_dim(sc, name, 1, H, "nheads H (pool.state.shape[1])");
+    check_dim(sc, name, 2, P, "dim P (pool.state.shape[2])");
+    if ((P > 1 && sc.strides[2] != 1) || (H > 1 && sc.strides[1] != P))
+      fail(SSU_ERROR_BAD_STRIDE, "%s.strides=(%" PRId64 ", %" PRId64 ", %" PRId64 ") but its inner "
+           "two axes must be dense: strides[1..2] = (%" PRId64 ", 1)", name, sc.strides[0],
+           sc.strides[1], sc.strides[2], P);
+    if (S > 1 && sc.strides[0] < H * P)
+      fail(SSU_ERROR_BAD_STRIDE, "%s.strides[0] (slot stride)=%" PRId64 " is smaller than "
+           "H*P=%" PRId64 "; slots would overlap", name, sc.strides[0], H * P);
+    p.state_scale = static_cast<float*>(sc.data);
+    p.state_scale_stride_slot = sc.strides[0];
+  }
   p.state = st.data;
   p.state_dtype = st.dtype;
   p.state_stride_slot = st.strides[0];
@@ -480,19 +518,7 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
       fail(SSU_ERROR_BAD_STRIDE, "intermediate_states.strides[2..4]=(%" PRId64 ", %" PRId64 ", %"
            PRId64 ") but its inner three axes must be dense: (%" PRId64 ", %" PRId64 ", 1)",
            t.strides[2], t.strides[3], t.strides[4], P * N, N);
-    {  // The (I, T) rows must not overlap: order the two axes by stride.
-      const int64_t hpn = H * P * N;
-      int64_t s_lo = t.strides[0], n_lo = t.shape[0], s_hi = t.strides[1], n_hi = t.shape[1];
-      if (s_lo > s_hi || (s_lo == s_hi && n_lo > n_hi)) {
-        std::swap(s_lo, s_hi);
-        std::swap(n_lo, n_hi);
-      }
-      const bool ok = (n_lo <= 1 || s_lo >= hpn) && (n_hi <= 1 || s_hi >= (n_lo <= 1 ? hpn : s_lo * n_lo));
-      if (!ok)
-        fail(SSU_ERROR_BAD_STRIDE, "intermediate_states.strides[0..1]=(%" PRId64 ", %" PRId64
-             ") make (I, T) rows of H*P*N=%" PRId64 " elements overlap", t.strides[0],
-             t.strides[1], hpn);
-    }
+    check_rows_disjoint(t, name, H * P * N, "H*P*N");
     p.inter_states = t.data;
     p.n_intermediate = t.shape[0];
     p.inter_stride_i = t.strides[0];
@@ -507,6 +533,53 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     p.inter_index = a.intermediate_index.data;
     p.inter_index_dtype = a.intermediate_index.dtype;
     p.features |= SSU_F_HAS_INTER_INDEX;
+  }
+
+  // ---- intermediate scales (i16 state with an intermediate buffer) ----------
+  if (i16 && present(a.intermediate_states)) {
+    const ssu_tensor_t& t = a.intermediate_scales;
+    const char* name = "intermediate_scales";
+    if (!present(t))
+      fail(SSU_ERROR_NULL_POINTER, "intermediate_scales.data is NULL but pool.state.dtype=i16 with "
+           "intermediate_states needs its decode scales, an (I, T, H, P) f32 buffer");
+    check_rank(t, name, 4, "(I, T, H, P) like intermediate_states");
+    if (t.dtype != SSU_DTYPE_F32)
+      fail(SSU_ERROR_BAD_DTYPE, "%s.dtype=%s but it must be f32", name, ssu_dtype_name(t.dtype));
+    check_dim(t, name, 0, p.n_intermediate, "I (intermediate_states.shape[0])");
+    check_dim(t, name, 1, f.tokens, "the token count T (intermediate_states.shape[1])");
+    check_dim(t, name, 2, H, "nheads H");
+    check_dim(t, name, 3, P, "dim P");
+    if ((P > 1 && t.strides[3] != 1) || (H > 1 && t.strides[2] != P))
+      fail(SSU_ERROR_BAD_STRIDE, "%s.strides[2..3]=(%" PRId64 ", %" PRId64 ") but its inner two "
+           "axes must be dense: (%" PRId64 ", 1)", name, t.strides[2], t.strides[3], P);
+    check_rows_disjoint(t, name, H * P, "H*P");
+    p.inter_scale = static_cast<float*>(t.data);
+    p.inter_scale_stride_i = t.strides[0];
+    p.inter_scale_stride_t = t.strides[1];
+  } else if (present(a.intermediate_scales)) {
+    if (i16)
+      fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "intermediate_scales is given without "
+           "intermediate_states; the scales belong to an i16 intermediate buffer");
+    fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "intermediate_scales is given but pool.state.dtype=%s; "
+         "decode scales belong to i16 (block-scaled) states only", ssu_dtype_name(st.dtype));
+  }
+
+  // ---- stochastic rounding ---------------------------------------------------
+  if (a.reserved1 != 0)
+    fail(SSU_ERROR_INVALID_ARGUMENT, "args->reserved1=%u but it must be 0", a.reserved1);
+  if (a.rounding_rounds > 32)
+    fail(SSU_ERROR_INVALID_ARGUMENT, "rounding_rounds=%u but Philox rounds must be 1..32 (0 means "
+         "10)", a.rounding_rounds);
+  if (a.rounding_seed) {
+    if (st.dtype != SSU_DTYPE_F16 && st.dtype != SSU_DTYPE_BF16)
+      fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "rounding_seed is given but pool.state.dtype=%s; "
+           "stochastic rounding applies to f16 and bf16 states only", ssu_dtype_name(st.dtype));
+    p.sr_seed = a.rounding_seed;
+    p.sr_rounds = a.rounding_rounds == 0 ? 10u : a.rounding_rounds;
+    p.features |= SSU_F_STOCHASTIC;
+  } else if (a.rounding_rounds != 0) {
+    fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "rounding_rounds=%u but rounding_seed is NULL; the rounds "
+         "apply to stochastic rounding, which needs a seed", a.rounding_rounds);
   }
 
   if (a.flags & SSU_UPDATE_DT_SOFTPLUS) p.features |= SSU_F_DT_SOFTPLUS;
@@ -524,6 +597,9 @@ void check_fits_plan(const ssu_update_params& plan, const ssu_update_params& p) 
   SSU_FIT_(dstate, "dstate N")
   SSU_FIT_(ngroups, "ngroups G")
   SSU_FIT_(ntokens, "the token count T")
+  if (p.sr_rounds != plan.sr_rounds && (p.features & plan.features & SSU_F_STOCHASTIC))
+    fail(SSU_ERROR_PLAN_MISMATCH, "rounding_rounds gives %u Philox rounds but the plan was made "
+         "for %u", p.sr_rounds, plan.sr_rounds);
 #undef SSU_FIT_
 #define SSU_FIT_DTYPE_(field, what)                                                       \
   if (p.field != plan.field)                                                              \
@@ -562,6 +638,7 @@ void check_fits_plan(const ssu_update_params& plan, const ssu_update_params& p) 
         {SSU_F_D_PER_CHANNEL, "per-channel D"},
         {SSU_F_DT_BIAS_PER_CHANNEL, "per-channel dt_bias"},
         {SSU_F_MULTI_TOKEN, "the multi-token form (x with a token axis)"},
+        {SSU_F_STOCHASTIC, "stochastic rounding (rounding_seed)"},
     };
     const uint32_t diff = p.features ^ plan.features;
     for (const auto& n : kNames)
