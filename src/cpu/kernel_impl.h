@@ -4,12 +4,18 @@
 // Work is split into items of (sequence b, head h, block of rows). Rows of a
 // head evolve independently, so an item carries its rows through all the
 // sequence's tokens in an fp32 scratch tile and stores them as the write
-// mode demands. All arithmetic is fp32, in the order of the specification.
+// mode demands. All arithmetic is fp32, in the order of the specification;
+// everything that feeds a stored state uses ssu_math.h and no contracted
+// multiply-add (these sources are compiled with -ffp-contract=off), so the
+// baseline and AVX2 builds and the CUDA kernels store the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu/convert.h"
 #include "cpu/sequence.h"
+#include "ssu_math.h"
 #include "ssu_update_params.h"
 
 #ifndef SSU_CPU_NS
@@ -25,72 +31,13 @@ constexpr int64_t kMaxDstate = 256;
 constexpr int64_t kTileFloats = 4096;  // scratch tile: rows * N <= this
 constexpr int64_t kMaxRows = 256;      // rows per work item
 
-// The polynomials shared by the scalar and the eight-lane functions below
-// (T is float or the v8f vector type).
-// e^r for |r| <= ln(2)/2, Taylor to degree 7.
-template <typename T>
-__attribute__((always_inline)) inline T exp_poly(T r) {
-  T q = T{} + 1.0f / 5040.0f;
-  q = q * r + 1.0f / 720.0f;
-  q = q * r + 1.0f / 120.0f;
-  q = q * r + 1.0f / 24.0f;
-  q = q * r + 1.0f / 6.0f;
-  q = q * r + 0.5f;
-  q = q * r + 1.0f;
-  return q * r + 1.0f;
-}
-// atanh(f)/f as a series in f2 = f*f, for |f| <= 0.172.
-template <typename T>
-__attribute__((always_inline)) inline T atanh_poly(T f2) {
-  T q = T{} + 1.0f / 9.0f;
-  q = q * f2 + 1.0f / 7.0f;
-  q = q * f2 + 1.0f / 5.0f;
-  q = q * f2 + 1.0f / 3.0f;
-  return q * f2 + 1.0f;
-}
-
-// exp(x) on [-87, 88] to about 2 ulp; 0 below, +inf above, NaN stays NaN.
-// Branch-free so that loops over dstate vectorize.
-__attribute__((always_inline)) inline float exp_fast(float x) {
-  const float lo = x < -87.0f ? -87.0f : x;
-  const float xc = lo > 88.0f ? 88.0f : lo;
-  const float kShift = 12582912.0f;  // 1.5 * 2^23: rounds to an integer
-  const float k = (xc * 1.44269504088896341f + kShift) - kShift;
-  float r = xc - k * 0.693145751953125f;
-  r = r - k * 1.428606765330187045e-06f;
-  const float q = exp_poly(r);
-  const int32_t ki = static_cast<int32_t>(k);
-  const float scale = bits_to_float(static_cast<uint32_t>(ki + 127) << 23);
-  float e = q * scale;
-  e = x < -87.0f ? 0.0f : e;
-  e = x > 88.0f ? INFINITY : e;
-  e = x != x ? x : e;
-  return e;
-}
-
-// log(1 + e) for e >= 0, to a few ulp; branch-free.
-__attribute__((always_inline)) inline float log1p_fast(float e) {
-  const float y = 1.0f + e;
-  // y = m * 2^k with m in [sqrt(1/2), sqrt(2)); log(m) = 2 atanh((m-1)/(m+1)).
-  const uint32_t u = float_to_bits(y) - 0x3f3504f3u;  // bits of sqrt(1/2)
-  const int32_t k = static_cast<int32_t>(u) >> 23;
-  const float m = bits_to_float((u & 0x007fffffu) + 0x3f3504f3u);
-  // Correct the rounding of 1 + e (exact for small e), then the series.
-  const float c = (e - (y - 1.0f)) / y;
-  const float f = (m - 1.0f) / (m + 1.0f);
-  const float f2 = f * f;
-  const float q = atanh_poly(f2);
-  const float r = static_cast<float>(k) * 0.693147180559945309f + 2.0f * f * q + c;
-  return y == 1.0f ? e : r;
-}
-
-// softplus with the threshold of the specification: v > 20 ? v : log(1 + e^v).
-__attribute__((always_inline)) inline float softplus20_fast(float v) { return v > 20.0f ? v : log1p_fast(exp_fast(v)); }
-inline float softplus20(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
-
-// Eight-lane versions for the per-channel-A loops (Mamba-1: dstate 16, an
-// exp per state element). GCC/Clang vector extensions: AVX in the avx2
-// build, pairs of SSE registers in the baseline build.
+// Eight-lane versions of ssu_math::exp / log1p / softplus20 for the
+// per-row and per-channel-A loops (Mamba-1: dstate 16, an exp per state
+// element). GCC/Clang vector extensions: AVX in the avx2 build, pairs of SSE
+// registers in the baseline build. Each lane evaluates exactly the scalar
+// function's operations in the same order (the polynomials are the same
+// templates), so a value that feeds a stored state has the same bits
+// whichever path and build computed it.
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
@@ -101,12 +48,13 @@ __attribute__((always_inline)) inline v8f load8(const float* p) {
 }
 __attribute__((always_inline)) inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
-__attribute__((always_inline)) inline v8f exp_fast8(v8f x) {
+__attribute__((always_inline)) inline v8f exp8(v8f x) {
+  using namespace ssu_math;
   const v8f lo = x < -87.0f ? v8f{} - 87.0f : x;
   const v8f xc = lo > 88.0f ? v8f{} + 88.0f : lo;
-  const v8f k = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  v8f r = xc - k * 0.693145751953125f;
-  r = r - k * 1.428606765330187045e-06f;
+  const v8f k = (xc * kLog2e + kExpShift) - kExpShift;
+  v8f r = xc - k * kLn2Hi;
+  r = r - k * kLn2Lo;
   const v8f q = exp_poly(r);
   const v8i ki = __builtin_convertvector(k, v8i);
   const v8f scale = (v8f)((ki + 127) << 23);  // same-size vector cast: a bit cast
@@ -116,17 +64,22 @@ __attribute__((always_inline)) inline v8f exp_fast8(v8f x) {
   return x != x ? x : e;
 }
 
-__attribute__((always_inline)) inline v8f log1p_fast8(v8f e) {
+__attribute__((always_inline)) inline v8f log1p8(v8f e) {
+  using namespace ssu_math;
   const v8f y = 1.0f + e;
-  const v8i u = (v8i)y - 0x3f3504f3;
+  const v8i u = (v8i)y - static_cast<int32_t>(kSqrtHalfBits);
   const v8i k = u >> 23;
-  const v8f m = (v8f)((u & 0x007fffff) + 0x3f3504f3);
+  const v8f m = (v8f)((u & 0x007fffff) + static_cast<int32_t>(kSqrtHalfBits));
   const v8f c = (e - (y - 1.0f)) / y;
   const v8f f = (m - 1.0f) / (m + 1.0f);
   const v8f f2 = f * f;
   const v8f q = atanh_poly(f2);
-  const v8f r = __builtin_convertvector(k, v8f) * 0.693147180559945309f + 2.0f * f * q + c;
+  const v8f r = __builtin_convertvector(k, v8f) * kLn2 + 2.0f * f * q + c;
   return y == 1.0f ? e : r;
+}
+
+__attribute__((always_inline)) inline v8f softplus20_8(v8f v) {
+  return v > 20.0f ? v : log1p8(exp8(v));
 }
 
 // a[i] = f(a[i]) over n floats, eight at a time (f8) with a scalar tail (f1).
@@ -137,41 +90,103 @@ __attribute__((always_inline)) inline void map_rows(float* a, int64_t n, F8 f8, 
   for (; i < n; ++i) a[i] = f1(a[i]);
 }
 
-// One row of the per-channel-A update: st = st*exp(A*dt) + (B*dt)*x,
-// returns sum(st*C). dB holds B*dt when dt is per head (dtv ignored), else
-// null and B*dtv is formed here.
-__attribute__((always_inline)) inline float row_update_pcA(float* st, const float* Af,
-                                                           const float* Bf, const float* dB,
-                                                           const float* Cf, float dtv, float xv,
-                                                           int64_t N) {
+// One token of one row, the canonical fp32 step:
+//   dA = exp(A[n] * delta) (per-channel A: Af given) or dA_h,
+//   h[n] = h[n] * dA + B[n] * dtx            (dtx = delta * x, no fused ops)
+// Returns sum_n h[n] * C[n] (for the output only; its order is free).
+__attribute__((always_inline)) inline float row_step(float* st, const float* Af, float dA_h,
+                                                     const float* Bf, const float* Cf,
+                                                     float delta, float dtx, int64_t N) {
   float y = 0.0f;
-  int64_t n = 0;
-  if (N >= 8) {
-    v8f yv{};
-    for (; n + 8 <= N; n += 8) {
-      const v8f b = dB ? load8(dB + n) : load8(Bf + n) * dtv;
-      const v8f hn = load8(st + n) * exp_fast8(load8(Af + n) * dtv) + b * xv;
-      store8(st + n, hn);
-      yv += hn * load8(Cf + n);
+  if (Af) {
+    int64_t n = 0;
+    if (N >= 8) {
+      v8f yv{};
+      for (; n + 8 <= N; n += 8) {
+        const v8f dA = exp8(load8(Af + n) * delta);
+        const v8f hn = load8(st + n) * dA + load8(Bf + n) * dtx;
+        store8(st + n, hn);
+        yv += hn * load8(Cf + n);
+      }
+      for (int i = 0; i < 8; ++i) y += yv[i];
     }
-    for (int i = 0; i < 8; ++i) y += yv[i];
-  }
-  for (; n < N; ++n) {
-    const float b = dB ? dB[n] : Bf[n] * dtv;
-    const float hn = st[n] * exp_fast(Af[n] * dtv) + b * xv;
-    st[n] = hn;
-    y += hn * Cf[n];
+    for (; n < N; ++n) {
+      const float dA = ssu_math::exp(Af[n] * delta);
+      const float hn = st[n] * dA + Bf[n] * dtx;
+      st[n] = hn;
+      y += hn * Cf[n];
+    }
+  } else {
+#pragma omp simd reduction(+ : y)
+    for (int64_t n = 0; n < N; ++n) {
+      const float hn = st[n] * dA_h + Bf[n] * dtx;
+      st[n] = hn;
+      y += hn * Cf[n];
+    }
   }
   return y;
 }
 
-template <typename S>
-inline void load_state_row(const S* src, int64_t n, float* dst) {
+// ---------------------------------------------------------------------------
+// State rows: loads to fp32 and stores of an fp32 row in the pool's dtype.
+// `scale` is the row's decode scale (int16 only); `words` the row's random
+// words when f16 / bf16 stores round stochastically, else null.
+
+inline void load_state_row(const float* src, int64_t n, float* dst, float) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+inline void load_state_row(const f16_t* src, int64_t n, float* dst, float) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
 }
-template <typename S>
-inline void store_state_row(const float* src, int64_t n, S* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = from_float<S>(src[i]);
+inline void load_state_row(const bf16_t* src, int64_t n, float* dst, float) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+inline void load_state_row(const int16_t* src, int64_t n, float* dst, float scale) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+
+inline void store_state_row(const float* v, int64_t n, float* dst, float*, const uint32_t*) {
+  std::memcpy(dst, v, static_cast<size_t>(n) * sizeof(float));
+}
+inline void store_state_row(const float* v, int64_t n, f16_t* dst, float*, const uint32_t* words) {
+  if (words) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t bits = ssu_math::f32_to_f16_sr(v[i], words[i]);
+      std::memcpy(dst + i, &bits, sizeof bits);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = from_float<f16_t>(v[i]);
+  }
+}
+inline void store_state_row(const float* v, int64_t n, bf16_t* dst, float*, const uint32_t* words) {
+  if (words) {
+    for (int64_t i = 0; i < n; ++i) dst[i].bits = ssu_math::f32_to_bf16_sr(v[i], words[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = from_float<bf16_t>(v[i]);
+  }
+}
+// int16: codes and the row's decode scale (ssu_state_pool_t).
+inline void store_state_row(const float* v, int64_t n, int16_t* dst, float* scale,
+                            const uint32_t*) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
+  const float enc = ssu_math::int16_encode_factor(amax);
+  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int16_quantize(v[i], enc);
+  *scale = 1.0f / enc;
+}
+
+// The random words of `n` consecutive pool elements starting at offset L0:
+// word (L mod 4) of Philox(seed, L - L mod 4), one generator call per
+// aligned group of four.
+inline void fill_sr_words(uint64_t seed, uint32_t rounds, uint64_t L0, int64_t n,
+                          uint32_t* words) {
+  uint64_t L = L0;
+  int64_t i = 0;
+  while (i < n) {
+    const ssu_math::u32x4 r = ssu_math::philox4x32(seed, L & ~uint64_t{3}, rounds);
+    for (uint32_t j = static_cast<uint32_t>(L & 3); j < 4 && i < n; ++j, ++i, ++L)
+      words[i] = r.v[j];
+  }
 }
 
 template <typename S>
@@ -182,12 +197,19 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
   const bool dt_pc = f & SSU_F_DT_PER_CHANNEL;
   const bool A_pc = f & SSU_F_A_PER_CHANNEL;
   const bool softplus = f & SSU_F_DT_SOFTPLUS;
+  const bool has_D = f & SSU_F_HAS_D, has_bias = f & SSU_F_HAS_DT_BIAS, has_z = f & SSU_F_HAS_Z;
+  const bool scaled = p.state_dtype == SSU_DTYPE_I16;
+  const bool stochastic = f & SSU_F_STOCHASTIC;
+  // The seed is read when the update runs (ssu_update_args_t.rounding_seed).
+  const uint64_t seed = stochastic ? *p.sr_seed : 0;
   const int64_t head_elems = P * N;
   S* const state = static_cast<S*>(p.state);
   S* const inter = static_cast<S*>(p.inter_states);
+  float dummy_scale = 0.0f;  // the scale target of unscaled dtypes (never read)
 
   alignas(64) float tile[kTileFloats];
-  alignas(64) float Bf[kMaxDstate], Cf[kMaxDstate], dB[kMaxDstate], Af[kMaxDstate];
+  alignas(64) uint32_t words[kTileFloats];  // stochastic rounding: one word per tile element
+  alignas(64) float Bf[kMaxDstate], Cf[kMaxDstate], Af[kMaxDstate];
   alignas(64) float xr[kMaxRows], zr[kMaxRows], yr[kMaxRows], dtr[kMaxRows], dAr[kMaxRows];
 
   for (int64_t item = begin; item < end; ++item) {
@@ -209,11 +231,47 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
       continue;
     }
 
-    const S* src_head = state + s.src * p.state_stride_slot + h * head_elems + r0 * N;
-    for (int64_t r = 0; r < rows; ++r) load_state_row(src_head + r * N, N, tile + r * N);
+    // Offsets (elements) of this item's first row in a state slot and in a
+    // scale row; the rows of an item are consecutive in both.
+    const int64_t row_off = h * head_elems + r0 * N;
+    const int64_t scale_off = h * P + r0;
+    const S* src_head = state + s.src * p.state_stride_slot + row_off;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float sc = scaled ? p.state_scale[s.src * p.state_scale_stride_slot + scale_off + r]
+                              : 0.0f;
+      load_state_row(src_head + r * N, N, tile + r * N, sc);
+    }
+
+    // Every store of this call uses the random words of the source
+    // elements; they are drawn once, at the first store.
+    bool words_ready = false;
+    auto row_words = [&](int64_t r) -> const uint32_t* {
+      if (!stochastic) return nullptr;
+      if (!words_ready) {
+        fill_sr_words(seed, p.sr_rounds,
+                      static_cast<uint64_t>(s.src * p.state_stride_slot + row_off), rows * N,
+                      words);
+        words_ready = true;
+      }
+      return words + r * N;
+    };
+    // Stores row r of the tile to a state slot (pool) or an intermediate entry.
+    auto store_pool_row = [&](int64_t r, int64_t slot) {
+      float* sc = scaled ? p.state_scale + slot * p.state_scale_stride_slot + scale_off + r
+                         : &dummy_scale;
+      store_state_row(tile + r * N, N, state + slot * p.state_stride_slot + row_off + r * N, sc,
+                      row_words(r));
+    };
+    auto store_inter_row = [&](int64_t r, int64_t i, int64_t t) {
+      float* sc = scaled ? p.inter_scale + i * p.inter_scale_stride_i + t * p.inter_scale_stride_t +
+                               scale_off + r
+                         : &dummy_scale;
+      store_state_row(tile + r * N, N,
+                      inter + i * p.inter_stride_i + t * p.inter_stride_t + row_off + r * N, sc,
+                      row_words(r));
+    };
 
     const float A_h = A_pc ? 0.0f : load_float(p.A, p.A_dtype, h * p.A_stride_h);
-    const bool has_D = f & SSU_F_HAS_D, has_bias = f & SSU_F_HAS_DT_BIAS, has_z = f & SSU_F_HAS_Z;
     auto load_A_row = [&](int64_t row) {
       const int64_t base = h * p.A_stride_h + row * p.A_stride_p;
       if (p.A_stride_n == 1) {
@@ -222,8 +280,8 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
         for (int64_t n = 0; n < N; ++n) Af[n] = load_float(p.A, p.A_dtype, base + n * p.A_stride_n);
       }
     };
-    const int64_t inter_slot =
-        (f & SSU_F_HAS_INTER) ? intermediate_slot(p, b, s) : -1;
+    int64_t inter_slot = (f & SSU_F_HAS_INTER) ? intermediate_slot(p, b, s) : -1;
+    if (inter_slot >= 0 && is_pad(p, inter_slot)) inter_slot = -1;
 
     for (int64_t t = 0; t < len; ++t) {
       const int64_t tok = s.tok0 + t;
@@ -236,9 +294,8 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
       if (!dt_pc) {
         dt_h = load_float(p.dt, p.dt_dtype, dt_row);
         if (has_bias) dt_h += load_float(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
-        if (softplus) dt_h = softplus20(dt_h);
-        for (int64_t n = 0; n < N; ++n) dB[n] = Bf[n] * dt_h;
-        if (!A_pc) dA_h = std::exp(A_h * dt_h);
+        if (softplus) dt_h = ssu_math::softplus20(dt_h);
+        if (!A_pc) dA_h = ssu_math::exp(A_h * dt_h);
       }
 
       int64_t dst_t = -1;  // per-token store target of this token
@@ -264,54 +321,23 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
         }
         if (softplus)
           map_rows(
-              dtr, rows,
-              [](v8f v) { return v > 20.0f ? v : log1p_fast8(exp_fast8(v)); },
-              [](float v) { return softplus20_fast(v); });
+              dtr, rows, [](v8f v) { return softplus20_8(v); },
+              [](float v) { return ssu_math::softplus20(v); });
         if (!A_pc) {
           for (int64_t r = 0; r < rows; ++r) dAr[r] = A_h * dtr[r];
-          map_rows(dAr, rows, [](v8f v) { return exp_fast8(v); }, [](float v) { return exp_fast(v); });
+          map_rows(
+              dAr, rows, [](v8f v) { return exp8(v); }, [](float v) { return ssu_math::exp(v); });
         }
       }
 
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t row = r0 + r;
-        float* st = tile + r * N;
-        const float xv = xr[r];
-        float y = 0.0f;
-        if (!dt_pc) {
-          if (!A_pc) {
-            const float dA = dA_h;
-#pragma omp simd reduction(+ : y)
-            for (int64_t n = 0; n < N; ++n) {
-              const float hn = st[n] * dA + dB[n] * xv;
-              st[n] = hn;
-              y += hn * Cf[n];
-            }
-          } else {
-            load_A_row(row);
-            y = row_update_pcA(st, Af, Bf, dB, Cf, dt_h, xv, N);
-          }
-        } else {
-          const float dtv = dtr[r];
-          if (!A_pc) {
-            const float dA = dAr[r];
-#pragma omp simd reduction(+ : y)
-            for (int64_t n = 0; n < N; ++n) {
-              const float hn = st[n] * dA + (Bf[n] * dtv) * xv;
-              st[n] = hn;
-              y += hn * Cf[n];
-            }
-          } else {
-            load_A_row(row);
-            y = row_update_pcA(st, Af, Bf, nullptr, Cf, dtv, xv, N);
-          }
-        }
-        yr[r] = y;
-        if (dst_t >= 0)
-          store_state_row(st, N, state + dst_t * p.state_stride_slot + h * head_elems + row * N);
-        if (inter_slot >= 0 && !is_pad(p, inter_slot))
-          store_state_row(st, N, inter + inter_slot * p.inter_stride_i + t * p.inter_stride_t +
-                                     h * head_elems + row * N);
+        const float delta = dt_pc ? dtr[r] : dt_h;
+        const float dA = dt_pc ? dAr[r] : dA_h;
+        const float dtx = delta * xr[r];
+        if (A_pc) load_A_row(r0 + r);
+        yr[r] = row_step(tile + r * N, A_pc ? Af : nullptr, dA, Bf, Cf, delta, dtx, N);
+        if (dst_t >= 0) store_pool_row(r, dst_t);
+        if (inter_slot >= 0) store_inter_row(r, inter_slot, t);
       }
 
       // Output: y + D*x, gated by silu(z), rounded to out's dtype.
@@ -321,8 +347,8 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
       if (has_z) {
         for (int64_t r = 0; r < rows; ++r) zr[r] = load_float(p.z, p.input_dtype, z_row + r0 + r);
         map_rows(
-            zr, rows, [](v8f v) { return v / (1.0f + exp_fast8(-v)); },
-            [](float v) { return v / (1.0f + exp_fast(-v)); });
+            zr, rows, [](v8f v) { return v / (1.0f + exp8(-v)); },
+            [](float v) { return v / (1.0f + ssu_math::exp(-v)); });
         for (int64_t r = 0; r < rows; ++r) yr[r] *= zr[r];
       }
       for (int64_t r = 0; r < rows; ++r) store_float(p.out, p.input_dtype, o_row + r0 + r, yr[r]);
@@ -331,10 +357,8 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
     // Final store (the default write mode).
     if (!(f & (SSU_F_DISABLE_UPDATE | SSU_F_DST_PER_TOKEN))) {
       const int64_t d = (f & SSU_F_HAS_DST) ? dst_slot(p, b, 0) : s.src;
-      if (!is_pad(p, d)) {
-        S* dst_head = state + d * p.state_stride_slot + h * head_elems + r0 * N;
-        for (int64_t r = 0; r < rows; ++r) store_state_row(tile + r * N, N, dst_head + r * N);
-      }
+      if (!is_pad(p, d))
+        for (int64_t r = 0; r < rows; ++r) store_pool_row(r, d);
     }
   }
 }
@@ -345,6 +369,7 @@ void update_items(const ssu_update_params& p, int64_t rows_per_item, int64_t beg
   switch (p.state_dtype) {
     case SSU_DTYPE_F32: run_items<float>(p, rows_per_item, begin, end); break;
     case SSU_DTYPE_F16: run_items<f16_t>(p, rows_per_item, begin, end); break;
+    case SSU_DTYPE_I16: run_items<int16_t>(p, rows_per_item, begin, end); break;
     default: run_items<bf16_t>(p, rows_per_item, begin, end); break;
   }
 }
