@@ -336,9 +336,9 @@ std::vector<BadInput> bad_inputs() {
       {SSU_ERROR_BAD_DTYPE}, input_names);
   add("state i32", kSingle, [](A&, Pl& p, const Pr&) { p.state.dtype = SSU_DTYPE_I32; },
       {SSU_ERROR_BAD_DTYPE}, {"state"});
-  add("state i16 (int16 states are not supported by this version)", kSingle,
-      [](A&, Pl& p, const Pr&) { p.state.dtype = SSU_DTYPE_I16; }, {SSU_ERROR_NOT_SUPPORTED},
-      {"state"});
+  add("state i16 without state_scale", kSingle,
+      [](A&, Pl& p, const Pr&) { p.state.dtype = SSU_DTYPE_I16; }, {SSU_ERROR_NULL_POINTER},
+      {"state_scale"});
   auto dtype = [&](const char* name, Base base, ssu_tensor_t A::*field, ssu_dtype_t d,
                    ssu_status_t code) {
     add(std::string(name) + " dtype " + std::to_string(d), base,
