@@ -1,0 +1,642 @@
+// Exact state stores, function by function, and their effect over many
+// steps through the API (CPU backend):
+//  - Philox-4x32 known answers, through the library's generator and the
+//    reference's own;
+//  - stochastic rounding to f16 / bf16: hand-written bit patterns at every
+//    edge (exactly representable values, ties, the carry into the exponent,
+//    f16 flush to zero, overflow to Inf, NaN, Inf, signed zero), then the
+//    library's and the reference's conversions on many random values;
+//  - the int16 row quantizer: zero rows, the clip rails, ties to even, the
+//    NaN / Inf row policy;
+//  - statistics: stochastic rounding is unbiased and neighbouring elements
+//    round independently;
+//  - 2000 decode steps in the regime where every step changes the state by
+//    less than half an ulp: stochastic rounding follows the f32 trajectory,
+//    round-to-nearest stalls; an int16 state follows the float64 reference.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../kernels/ssu_math.h"
+#include "reference.h"
+#include "ssu.h"
+
+using namespace ssutest;
+
+namespace {
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// splitmix64
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint32_t u32() { return uint32_t(next() >> 32); }
+  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
+};
+
+// Both implementations of one conversion must give `want` (hex) for `in`.
+struct Sr {
+  const char* name;
+  uint16_t (*lib)(float, uint32_t);
+  uint16_t (*ref)(float, uint32_t);
+};
+uint16_t lib_f16(float v, uint32_t r) { return ssu_math::f32_to_f16_sr(v, r); }
+uint16_t lib_bf16(float v, uint32_t r) { return ssu_math::f32_to_bf16_sr(v, r); }
+const Sr kF16{"f16", lib_f16, ref_f16_sr};
+const Sr kBF16{"bf16", lib_bf16, ref_bf16_sr};
+
+std::string hex_line(const char* what, uint32_t in, uint32_t rnd, uint32_t want, uint32_t lib,
+                     uint32_t ref) {
+  char b[200];
+  std::snprintf(b, sizeof b, "%s input 0x%08x rnd 0x%08x: want 0x%04x, library 0x%04x, reference 0x%04x",
+                what, in, rnd, want, lib, ref);
+  return b;
+}
+
+void expect_bits(const Sr& sr, uint32_t in_bits, uint32_t rnd, uint16_t want) {
+  const float v = float_of(in_bits);
+  const uint16_t got_lib = sr.lib(v, rnd), got_ref = sr.ref(v, rnd);
+  INFO(hex_line(sr.name, in_bits, rnd, want, got_lib, got_ref));
+  CHECK(got_lib == want);
+  CHECK(got_ref == want);
+}
+
+bool is_quiet_nan16(const Sr& sr, uint16_t b) {
+  if (sr.lib == lib_f16) return (b & 0x7c00u) == 0x7c00u && (b & 0x0200u) != 0;
+  return (b & 0x7f80u) == 0x7f80u && (b & 0x0040u) != 0;
+}
+
+// The library's row store, as the numerics contract spells it out.
+struct LibRow {
+  std::vector<int16_t> q;
+  float scale;
+};
+LibRow lib_quantize(const std::vector<float>& v) {
+  float amax = 0.0f;
+  for (float x : v) amax = ssu_math::int16_amax_step(amax, x);
+  const float enc = ssu_math::int16_encode_factor(amax);
+  LibRow r;
+  r.scale = 1.0f / enc;
+  for (float x : v) r.q.push_back(ssu_math::int16_quantize(x, enc));
+  return r;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+TEST_CASE("philox4x32: the known answers of the specification") {
+  struct Kat {
+    uint64_t seed, counter;
+    uint32_t rounds;
+    uint32_t want[4];
+  };
+  const Kat kats[] = {
+      {0, 0, 10, {0x6627E8D5u, 0xE169C58Du, 0xBC57AC4Cu, 0x9B00DBD8u}},
+      {42, 1, 10, {0xFCDB2127u, 0x53BA6CFDu, 0x838F5A6Eu, 0x744E06FBu}},
+      {0xDEADBEEFull, uint64_t(1) << 32, 10, {0x4DFFA72Fu, 0xA4A4544Fu, 0x8CFFF1B9u, 0xFFAE73C7u}},
+      {12345, 7, 5, {0x3633E955u, 0xF454F6BFu, 0xEEAD40EEu, 0x81CE0FE0u}},
+  };
+  for (const Kat& k : kats) {
+    CAPTURE(k.seed);
+    CAPTURE(k.counter);
+    const ssu_math::u32x4 lib = ssu_math::philox4x32(k.seed, k.counter, k.rounds);
+    const Philox4 ref = ref_philox4x32(k.seed, k.counter, k.rounds);
+    for (int i = 0; i < 4; ++i) {
+      CHECK(lib.v[i] == k.want[i]);
+      CHECK(ref.v[i] == k.want[i]);
+    }
+  }
+}
+
+TEST_CASE("philox4x32: library and reference agree; the element word is lane L mod 4") {
+  Rng rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t seed = rng.next(), counter = rng.next();
+    const uint32_t rounds = 1 + uint32_t(rng.next() % 32);
+    const ssu_math::u32x4 lib = ssu_math::philox4x32(seed, counter, rounds);
+    const Philox4 ref = ref_philox4x32(seed, counter, rounds);
+    bool same = true;
+    for (int j = 0; j < 4; ++j) same = same && lib.v[j] == ref.v[j];
+    if (!same) FAIL_CHECK("philox differs: seed " << seed << " counter " << counter << " rounds " << rounds);
+    const uint64_t L = counter >> (rng.next() % 64);
+    const uint32_t want = ref_philox4x32(seed, L - L % 4, rounds).v[L % 4];
+    if (ssu_math::sr_word(seed, L, rounds) != want || ref_sr_word(seed, L, rounds) != want)
+      FAIL_CHECK("sr_word differs: seed " << seed << " L " << L << " rounds " << rounds);
+  }
+  // rounds 0 means the default, 10.
+  CHECK(ref_sr_word(99, 6, 0) == ssu_math::sr_word(99, 6, 10));
+}
+
+// ---------------------------------------------------------------------------
+TEST_CASE("stochastic rounding to bf16: edge cases, bit for bit") {
+  const Sr& s = kBF16;
+  // Exactly representable values never change, whatever the random bits.
+  for (uint32_t rnd : {0u, 1u, 0x7fffu, 0x8000u, 0xffffu, 0xffffffffu, 0x12345678u}) {
+    expect_bits(s, 0x3F800000u, rnd, 0x3F80);   // 1
+    expect_bits(s, 0xC0490000u, rnd, 0xC049);   // -3.140625
+    expect_bits(s, 0x7F7F0000u, rnd, 0x7F7F);   // the largest finite bf16
+    expect_bits(s, 0x00010000u, rnd, 0x0001);   // a subnormal bf16
+    expect_bits(s, 0x00000000u, rnd, 0x0000);   // +0
+    expect_bits(s, 0x80000000u, rnd, 0x8000);   // -0 keeps its sign
+    expect_bits(s, 0x7F800000u, rnd, 0x7F80);   // +Inf
+    expect_bits(s, 0xFF800000u, rnd, 0xFF80);   // -Inf
+  }
+  // A value one fp32 ulp above 1: rounds up only when all low 16 random bits are set.
+  expect_bits(s, 0x3F800001u, 0xfffeu, 0x3F80);
+  expect_bits(s, 0x3F800001u, 0xffffu, 0x3F81);
+  expect_bits(s, 0x3F800001u, 0xabcdffffu, 0x3F81);  // only the low 16 bits count
+  // Exactly half way (1 + 2^-8): up for random bits >= 0x8000.
+  expect_bits(s, 0x3F808000u, 0x7fffu, 0x3F80);
+  expect_bits(s, 0x3F808000u, 0x8000u, 0x3F81);
+  expect_bits(s, 0xBF808000u, 0x8000u, 0xBF81);  // magnitude rounding: away from zero
+  expect_bits(s, 0xBF808000u, 0x7fffu, 0xBF80);
+  // The carry runs into the exponent: just below 2 becomes 2.
+  expect_bits(s, 0x3FFFFFFFu, 0u, 0x3FFF);
+  expect_bits(s, 0x3FFFFFFFu, 1u, 0x4000);
+  // Subnormal fp32 inputs round into the smallest bf16 subnormal.
+  expect_bits(s, 0x00000001u, 0xfffeu, 0x0000);
+  expect_bits(s, 0x00000001u, 0xffffu, 0x0001);
+  expect_bits(s, 0x80008000u, 0x8000u, 0x8001);
+  // Near FLT_MAX: past the largest finite bf16 is Inf, with the sign.
+  expect_bits(s, 0x7F7FFFFFu, 0u, 0x7F7F);
+  expect_bits(s, 0x7F7FFFFFu, 1u, 0x7F80);
+  expect_bits(s, 0xFF7FFFFFu, 1u, 0xFF80);
+  expect_bits(s, 0x7F7F8000u, 0x8000u, 0x7F80);
+  expect_bits(s, 0x7F7F8000u, 0x7fffu, 0x7F7F);
+  // NaN stays a quiet NaN with its sign, signalling ones too.
+  for (uint32_t in : {0x7FC00000u, 0x7F800001u, 0x7FBFFFFFu, 0xFFC00001u, 0xFF800001u})
+    for (uint32_t rnd : {0u, 0xffffu}) {
+      const uint16_t a = s.lib(float_of(in), rnd), b = s.ref(float_of(in), rnd);
+      INFO(hex_line(s.name, in, rnd, 0, a, b));
+      CHECK(is_quiet_nan16(s, a));
+      CHECK(is_quiet_nan16(s, b));
+      CHECK((a >> 15) == (in >> 31));
+      CHECK((b >> 15) == (in >> 31));
+    }
+}
+
+TEST_CASE("stochastic rounding to f16: edge cases, bit for bit") {
+  const Sr& s = kF16;
+  for (uint32_t rnd : {0u, 1u, 0xfffu, 0x1000u, 0x1fffu, 0xffffffffu, 0x12345678u}) {
+    expect_bits(s, 0x3F800000u, rnd, 0x3C00);  // 1
+    expect_bits(s, 0xC0490000u, rnd, 0xC248);  // -3.140625
+    expect_bits(s, 0x477FE000u, rnd, 0x7BFF);  // 65504, the largest finite f16
+    expect_bits(s, 0x38800000u, rnd, 0x0400);  // 2^-14, the smallest normal f16
+    expect_bits(s, 0xB8800000u, rnd, 0x8400);
+    expect_bits(s, 0x00000000u, rnd, 0x0000);
+    expect_bits(s, 0x80000000u, rnd, 0x8000);
+    expect_bits(s, 0x7F800000u, rnd, 0x7C00);
+    expect_bits(s, 0xFF800000u, rnd, 0xFC00);
+    // Values that would be f16 subnormals flush to a signed zero, whatever
+    // the random bits (2^-15, 2^-24, a float subnormal).
+    expect_bits(s, 0x38000000u, rnd, 0x0000);
+    expect_bits(s, 0xB8000000u, rnd, 0x8000);
+    expect_bits(s, 0x33800000u, rnd, 0x0000);
+    expect_bits(s, 0x00000001u, rnd, 0x0000);
+    expect_bits(s, 0x80400000u, rnd, 0x8000);
+    // 2^16 and beyond (and anything far above) are Inf.
+    expect_bits(s, 0x47800000u, rnd, 0x7C00);
+    expect_bits(s, 0xC7800000u, rnd, 0xFC00);
+    expect_bits(s, 0x7F7FFFFFu, rnd, 0x7C00);
+    expect_bits(s, 0x501502F9u, rnd, 0x7C00);  // 1e10
+  }
+  // One fp32 ulp above 1: up only when the 13 random bits are all set.
+  expect_bits(s, 0x3F800001u, 0x1ffeu, 0x3C00);
+  expect_bits(s, 0x3F800001u, 0x1fffu, 0x3C01);
+  expect_bits(s, 0x3F800001u, 0xffffe000u | 0x1ffeu, 0x3C00);  // only the low 13 bits count
+  // Half way (1 + 2^-11): up for random bits >= 0x1000.
+  expect_bits(s, 0x3F801000u, 0x0fffu, 0x3C00);
+  expect_bits(s, 0x3F801000u, 0x1000u, 0x3C01);
+  expect_bits(s, 0xBF801000u, 0x1000u, 0xBC01);
+  // The carry into the exponent: just below 2 becomes 2.
+  expect_bits(s, 0x3FFFFFFFu, 0u, 0x3FFF);  // truncates to 2 - 2^-10
+  expect_bits(s, 0x3FFFFFFFu, 1u, 0x4000);
+  // Just below 2^-14: flushes, or carries into the smallest normal.
+  expect_bits(s, 0x387FFFFFu, 0u, 0x0000);
+  expect_bits(s, 0x387FFFFFu, 1u, 0x0400);
+  expect_bits(s, 0xB87FFFFFu, 1u, 0x8400);
+  // Above 65504: truncation keeps 65504 until the sum reaches 2^16. 65520
+  // (Inf when rounded to nearest) stays finite for small random bits.
+  expect_bits(s, 0x477FFFFFu, 0u, 0x7BFF);
+  expect_bits(s, 0x477FFFFFu, 1u, 0x7C00);
+  expect_bits(s, 0x477FF000u, 0x0fffu, 0x7BFF);
+  expect_bits(s, 0x477FF000u, 0x1000u, 0x7C00);
+  expect_bits(s, 0xC77FF000u, 0x1000u, 0xFC00);
+  for (uint32_t in : {0x7FC00000u, 0x7F800001u, 0x7FBFFFFFu, 0xFFC00001u, 0xFF800001u})
+    for (uint32_t rnd : {0u, 0x1fffu}) {
+      const uint16_t a = s.lib(float_of(in), rnd), b = s.ref(float_of(in), rnd);
+      INFO(hex_line(s.name, in, rnd, 0, a, b));
+      CHECK(is_quiet_nan16(s, a));
+      CHECK(is_quiet_nan16(s, b));
+      CHECK((a >> 15) == (in >> 31));
+      CHECK((b >> 15) == (in >> 31));
+    }
+}
+
+TEST_CASE("stochastic rounding: random bits never change a representable value") {
+  Rng rng(11);
+  // Every bf16 pattern but NaN.
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    if ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu)) continue;
+    const float v = float_of(h << 16);
+    const uint32_t r = rng.u32();
+    if (ssu_math::f32_to_bf16_sr(v, r) != h || ref_bf16_sr(v, r) != h)
+      FAIL_CHECK(hex_line("bf16 (representable)", h << 16, r, h, 0, 0));
+  }
+  // Every f16 pattern but NaN and subnormals (which flush to zero).
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const uint32_t e = (h >> 10) & 0x1fu;
+    if ((e == 0x1f && (h & 0x3ffu)) || (e == 0 && (h & 0x3ffu))) continue;
+    const float v = f16_bits_to_float(uint16_t(h));
+    const uint32_t r = rng.u32();
+    if (ssu_math::f32_to_f16_sr(v, r) != h || ref_f16_sr(v, r) != h)
+      FAIL_CHECK(hex_line("f16 (representable)", h, r, h, 0, 0));
+  }
+}
+
+TEST_CASE("stochastic rounding: library and reference agree on random values") {
+  Rng rng(12);
+  int bad = 0;
+  for (int i = 0; i < 400000; ++i) {
+    // Any fp32 pattern, and values concentrated in the f16 range.
+    uint32_t u = rng.u32();
+    if (i % 2) {
+      const float m = float(rng.uniform() * 2.0 - 1.0);
+      u = bits_of(std::ldexp(m, int(rng.next() % 48) - 30));
+    }
+    const float v = float_of(u);
+    const uint32_t r = rng.u32();
+    for (const Sr* s : {&kF16, &kBF16}) {
+      const uint16_t a = s->lib(v, r), b = s->ref(v, r);
+      const bool ok = std::isnan(v) ? (is_quiet_nan16(*s, a) && is_quiet_nan16(*s, b)) : a == b;
+      if (!ok && ++bad <= 10)
+        FAIL_CHECK(hex_line(s->name, u, r, 0, a, b));
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// ---------------------------------------------------------------------------
+TEST_CASE("int16 quantizer: zero rows, rails, ties to even, NaN and Inf rows") {
+  auto both = [](const std::vector<float>& v) {
+    const LibRow lib = lib_quantize(v);
+    const QuantizedRow ref = ref_quantize_row(v.data(), int64_t(v.size()));
+    return std::make_pair(lib, ref);
+  };
+  auto codes_are = [](const std::vector<int16_t>& got, const std::vector<int16_t>& want) {
+    return got == want;
+  };
+  {  // all zero (either sign): scale 1, codes 0
+    const auto r = both({0.0f, -0.0f, 0.0f, 0.0f});
+    CHECK(r.first.scale == 1.0f);
+    CHECK(r.second.scale == 1.0f);
+    CHECK(codes_are(r.first.q, {0, 0, 0, 0}));
+    CHECK(codes_are(r.second.q, {0, 0, 0, 0}));
+  }
+  {  // amax 1: enc 32767; -16383.5 ties to the even -16384; 8191.75 -> 8192
+    const auto r = both({1.0f, -0.5f, 0.25f, 0.0f});
+    const std::vector<int16_t> want = {32767, -16384, 8192, 0};
+    CHECK(codes_are(r.first.q, want));
+    CHECK(codes_are(r.second.q, want));
+    CHECK(bits_of(r.first.scale) == bits_of(1.0f / 32767.0f));
+    CHECK(bits_of(r.second.scale) == bits_of(1.0f / 32767.0f));
+  }
+  {  // amax 32767: enc 1, every .5 ties to even
+    const auto r = both({-32767.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 100.5f, -32766.5f});
+    const std::vector<int16_t> want = {-32767, 0, 2, 2, 0, -2, 100, -32766};
+    CHECK(codes_are(r.first.q, want));
+    CHECK(codes_are(r.second.q, want));
+    CHECK(r.first.scale == 1.0f);
+    CHECK(r.second.scale == 1.0f);
+  }
+  {  // the element holding amax lands on a rail, never on -32768
+    Rng rng(3);
+    for (int i = 0; i < 20000; ++i) {
+      std::vector<float> v(1 + rng.next() % 40);
+      const float big = float(std::ldexp(1.0 + rng.uniform(), int(rng.next() % 60) - 29));
+      for (auto& x : v)
+        x = big * float((rng.uniform() * 2 - 1) * std::ldexp(1.0, -int(rng.next() % 20)));
+      const size_t at = size_t(rng.next() % v.size());
+      v[at] = rng.next() % 2 ? big : -big;
+      const auto r = both(v);
+      bool ok = r.first.q == r.second.q && bits_of(r.first.scale) == bits_of(r.second.scale);
+      ok = ok && (r.first.q[at] == 32767 || r.first.q[at] == -32767);
+      for (int16_t q : r.first.q) ok = ok && q != -32768;
+      if (!ok) FAIL_CHECK("row " << i << " (amax " << big << "): library and reference differ "
+                                 "or amax is off the rails");
+    }
+  }
+  {  // NaN row: codes 0, NaN scale; Inf row: codes 0, +Inf scale; both load as NaN
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (const std::vector<float>& v :
+         {std::vector<float>{1.0f, nan, 2.0f}, std::vector<float>{nan, inf, -3.0f},
+          std::vector<float>{-nan, 0.0f}}) {
+      const auto r = both(v);
+      CHECK(std::isnan(r.first.scale));
+      CHECK(std::isnan(r.second.scale));
+      CHECK(codes_are(r.first.q, std::vector<int16_t>(v.size(), 0)));
+      CHECK(codes_are(r.second.q, std::vector<int16_t>(v.size(), 0)));
+      CHECK(std::isnan(ref_dequantize(0, r.first.scale)));
+    }
+    for (const std::vector<float>& v :
+         {std::vector<float>{1.0f, inf, -2.0f}, std::vector<float>{-inf, 0.5f},
+          std::vector<float>{-inf, inf}}) {
+      const auto r = both(v);
+      CHECK(r.first.scale == inf);
+      CHECK(r.second.scale == inf);
+      CHECK(codes_are(r.first.q, std::vector<int16_t>(v.size(), 0)));
+      CHECK(codes_are(r.second.q, std::vector<int16_t>(v.size(), 0)));
+      CHECK(std::isnan(ref_dequantize(0, r.first.scale)));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The rounding of a value v with the word of element offset L under many
+// seeds: the mean is v (unbiased) and the up/down decisions of neighbouring
+// elements are uncorrelated.
+TEST_CASE("stochastic rounding: unbiased, and neighbours round independently") {
+  const int M = 200000;  // seeds
+  struct Probe {
+    const Sr* sr;
+    float v;
+  };
+  const Probe probes[] = {
+      {&kBF16, 1.0f + 1.0f / 3.0f * 0.0078125f},   // a third of a bf16 ulp above 1
+      {&kBF16, -37.2f},
+      {&kBF16, 3.0e-3f},
+      {&kF16, 1.0f + 0.9f * 0.0009765625f},        // 0.9 of an f16 ulp above 1
+      {&kF16, -1234.567f},
+      {&kF16, 7.0e-5f},                            // in the smallest f16 binade
+  };
+  auto value = [](const Sr& s, uint16_t b) {
+    return s.lib == lib_f16 ? double(f16_bits_to_float(b)) : double(bf16_bits_to_float(b));
+  };
+  for (const Probe& pr : probes) {
+    const std::string sr_name = pr.sr->name;
+    CAPTURE(sr_name);
+    CAPTURE(pr.v);
+    const double lo = value(*pr.sr, pr.sr->lib(pr.v, 0u));  // truncation
+    const double hi_bits_rnd = value(*pr.sr, pr.sr->lib(pr.v, 0xffffffffu));
+    REQUIRE(hi_bits_rnd != lo);  // v lies strictly between two neighbours
+    const double ulp = std::fabs(hi_bits_rnd - lo);
+    const double p = std::fabs(double(pr.v) - lo) / ulp;  // P(round away from zero)
+    double sum = 0.0;
+    // Up/down indicators of elements L = 0..7 under each seed.
+    std::vector<double> up(8 * size_t(M));
+    for (int k = 0; k < M; ++k) {
+      const uint64_t seed = 0x5eed0000ull + uint64_t(k) * 0x9E3779B97F4A7C15ull;
+      for (uint64_t L = 0; L < 8; ++L) {
+        const double got = value(*pr.sr, pr.sr->lib(pr.v, ssu_math::sr_word(seed, L, 10)));
+        up[size_t(k) * 8 + L] = got != lo ? 1.0 : 0.0;
+        if (L == 5) sum += got;
+      }
+    }
+    // The mean of M roundings: within 5 standard deviations of the binomial.
+    const double mean = sum / M;
+    const double sigma = ulp * std::sqrt(p * (1 - p) / M);
+    INFO("mean " << mean << " v " << pr.v << " sigma " << sigma << " p " << p);
+    CHECK(std::fabs(mean - double(pr.v)) <= 5 * sigma + 1e-12 * std::fabs(double(pr.v)));
+    // Correlation of the decisions of neighbours, inside one Philox call
+    // (L, L+1) and across two (3, 4): |r| <= 5 / sqrt(M).
+    for (auto pair : {std::pair<int, int>{0, 1}, {1, 2}, {2, 3}, {3, 4}, {0, 4}, {5, 6}}) {
+      double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+      for (int k = 0; k < M; ++k) {
+        const double a = up[size_t(k) * 8 + size_t(pair.first)];
+        const double b = up[size_t(k) * 8 + size_t(pair.second)];
+        sa += a; sb += b; sab += a * b; saa += a * a; sbb += b * b;
+      }
+      const double cov = sab / M - (sa / M) * (sb / M);
+      const double va = saa / M - (sa / M) * (sa / M), vb = sbb / M - (sb / M) * (sb / M);
+      const double r = cov / std::sqrt(va * vb);
+      INFO("elements " << pair.first << ", " << pair.second << ": correlation " << r);
+      CHECK(std::fabs(r) <= 5.0 / std::sqrt(double(M)));
+      CHECK(std::fabs(sa / M - p) <= 5 * std::sqrt(p * (1 - p) / M));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Decode loops through the API on the CPU backend.
+namespace {
+
+ssu_tensor_t tensor(void* data, ssu_dtype_t dtype, std::vector<int64_t> shape) {
+  ssu_tensor_t t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = int32_t(shape.size());
+  int64_t s = 1;
+  for (int k = t.ndim - 1; k >= 0; --k) {
+    t.shape[k] = shape[size_t(k)];
+    t.strides[k] = s;
+    s *= shape[size_t(k)];
+  }
+  return t;
+}
+
+struct Cpu {
+  ssu_context_t ctx = nullptr;
+  Cpu() {
+    ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+    o.backend = SSU_BACKEND_CPU;
+    o.num_threads = 2;
+    REQUIRE(ssu_context_create(&o, &ctx) == SSU_SUCCESS);
+  }
+  ~Cpu() { ssu_context_destroy(ctx); }
+};
+
+// One head of P x N elements, all on the same trajectory: x = 1, B = b,
+// dt = d, A = a (no softplus), starting from 1. Returns the state after
+// `steps` single-token updates, as floats.
+std::vector<double> drift_run(ssu_context_t ctx, ssu_dtype_t state_dtype, bool sr, int steps,
+                              int64_t P, int64_t N, float a, float b, float d) {
+  std::vector<uint16_t> s16(size_t(P * N));
+  std::vector<float> s32(size_t(P * N), 1.0f);
+  for (auto& v : s16) v = state_dtype == SSU_DTYPE_F16 ? 0x3C00 : 0x3F80;  // 1.0
+  std::vector<float> x(size_t(P), 1.0f), B(size_t(N), b), C(size_t(N), 0.0f),
+      out(static_cast<size_t>(P));
+  float dt = d, A = a;
+  uint64_t seed = 0x0123456789abcdefull;
+  ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
+  pool.state = tensor(state_dtype == SSU_DTYPE_F32 ? static_cast<void*>(s32.data())
+                                                   : static_cast<void*>(s16.data()),
+                      state_dtype, {1, 1, P, N});
+  ssu_update_args_t args = SSU_UPDATE_ARGS_INIT;
+  args.pool = &pool;
+  args.x = tensor(x.data(), SSU_DTYPE_F32, {1, 1, P});
+  args.dt = tensor(&dt, SSU_DTYPE_F32, {1, 1});
+  args.A = tensor(&A, SSU_DTYPE_F32, {1});
+  args.B = tensor(B.data(), SSU_DTYPE_F32, {1, 1, N});
+  args.C = tensor(C.data(), SSU_DTYPE_F32, {1, 1, N});
+  args.out = tensor(out.data(), SSU_DTYPE_F32, {1, 1, P});
+  if (sr) args.rounding_seed = &seed;
+  ssu_plan_t plan = nullptr;
+  REQUIRE_MESSAGE(ssu_plan_create_update(ctx, &args, nullptr, &plan) == SSU_SUCCESS,
+                  std::string(ssu_last_error_message()));
+  for (int k = 0; k < steps; ++k) {
+    REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+    if (sr) REQUIRE(ssu_advance_seed(ctx, &seed, 1, nullptr) == SSU_SUCCESS);
+  }
+  ssu_plan_destroy(plan);
+  std::vector<double> r(size_t(P * N));
+  for (size_t i = 0; i < r.size(); ++i)
+    r[i] = state_dtype == SSU_DTYPE_F32 ? double(s32[i])
+           : state_dtype == SSU_DTYPE_F16 ? double(f16_bits_to_float(s16[i]))
+                                          : double(bf16_bits_to_float(s16[i]));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("drift: below half an ulp per step, stochastic rounding follows f32, nearest stalls") {
+  Cpu cpu;
+  // Each step: h <- h * exp(-1e-5) + 2e-4, i.e. about +1.9e-4 near 1: less
+  // than half an ulp of f16 (4.9e-4) and of bf16 (3.9e-3) on [1, 2). After
+  // 2000 steps the f32 state is about 1.37.
+  const int steps = 2000;
+  const int64_t P = 64, N = 16;
+  const float a = -1e-3f, b = 0.02f, d = 0.01f;
+  const std::vector<double> f32 = drift_run(cpu.ctx, SSU_DTYPE_F32, false, steps, P, N, a, b, d);
+  for (double v : f32) REQUIRE(v == f32[0]);
+  const double target = f32[0];
+  CHECK(target > 1.3);
+  CHECK(target < 1.45);
+  for (ssu_dtype_t st : {SSU_DTYPE_F16, SSU_DTYPE_BF16}) {
+    const std::string name = st == SSU_DTYPE_F16 ? "f16" : "bf16";
+    CAPTURE(name);
+    const double ulp = st == SSU_DTYPE_F16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    // Round to nearest: every element is still exactly 1.
+    const std::vector<double> rn = drift_run(cpu.ctx, st, false, steps, P, N, a, b, d);
+    for (double v : rn) REQUIRE(v == 1.0);
+    // Stochastic rounding: each step adds an independent, zero-mean error of
+    // at most one ulp (variance <= ulp^2 / 4) that decays by at most 2% over
+    // the run, so after `steps` steps an element's error has a standard
+    // deviation below sqrt(steps) * ulp / 2, and the mean over the P*N
+    // elements (independent random words) one sqrt(P*N) times smaller.
+    const std::vector<double> srv = drift_run(cpu.ctx, st, true, steps, P, N, a, b, d);
+    const double elem_sigma = std::sqrt(double(steps)) * ulp / 2;
+    const double mean_sigma = elem_sigma / std::sqrt(double(P * N));
+    double mean = 0, worst = 0;
+    for (double v : srv) {
+      mean += v;
+      worst = std::max(worst, std::fabs(v - target));
+    }
+    mean /= double(srv.size());
+    INFO("f32 " << target << " sr mean " << mean << " (6 sigma " << 6 * mean_sigma
+                << ") worst element " << worst << " (7 sigma " << 7 * elem_sigma << ")");
+    MESSAGE(name << ": f32 " << target << ", stochastic mean " << mean << " (bound "
+                 << 6 * mean_sigma << "), worst element off by " << worst << " (bound "
+                 << 7 * elem_sigma << "); round to nearest stays at 1");
+    CHECK(std::fabs(mean - target) <= 6 * mean_sigma);
+    CHECK(worst <= 7 * elem_sigma);
+    // ... a bound that round to nearest, stuck at 1, misses by far.
+    CHECK(std::fabs(1.0 - target) > 5 * 6 * mean_sigma);
+  }
+}
+
+TEST_CASE("drift: an int16 state over 2000 steps stays within tolerance of float64") {
+  Cpu cpu;
+  const int steps = 2000;
+  const int64_t H = 2, P = 16, N = 16, HPN = H * P * N;
+  Rng rng(2024);
+  std::vector<int16_t> q(size_t(HPN), 0);
+  std::vector<float> scale(size_t(H * P), 1.0f);  // all-zero rows to start
+  std::vector<float> x(static_cast<size_t>(H * P)), B(static_cast<size_t>(N)),
+      C(static_cast<size_t>(N)), dt(static_cast<size_t>(H)), out(static_cast<size_t>(H * P));
+  std::vector<float> A = {-2.0f, -1.0f};
+  ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
+  pool.state = tensor(q.data(), SSU_DTYPE_I16, {1, H, P, N});
+  pool.state_scale = tensor(scale.data(), SSU_DTYPE_F32, {1, H, P});
+  ssu_update_args_t args = SSU_UPDATE_ARGS_INIT;
+  args.pool = &pool;
+  args.x = tensor(x.data(), SSU_DTYPE_F32, {1, H, P});
+  args.dt = tensor(dt.data(), SSU_DTYPE_F32, {1, H});
+  args.A = tensor(A.data(), SSU_DTYPE_F32, {H});
+  args.B = tensor(B.data(), SSU_DTYPE_F32, {1, 1, N});
+  args.C = tensor(C.data(), SSU_DTYPE_F32, {1, 1, N});
+  args.out = tensor(out.data(), SSU_DTYPE_F32, {1, H, P});
+  ssu_plan_t plan = nullptr;
+  REQUIRE_MESSAGE(ssu_plan_create_update(cpu.ctx, &args, nullptr, &plan) == SSU_SUCCESS,
+                  std::string(ssu_last_error_message()));
+
+  RefProblem pr;
+  pr.form = RefForm::Single;
+  pr.S = 1; pr.H = H; pr.P = P; pr.N = N; pr.G = 1;
+  pr.batch = 1; pr.T = 1; pr.rows = 1;
+  pr.state.assign(size_t(HPN), 0.0);
+  pr.A.resize(size_t(HPN));
+  for (int64_t i = 0; i < HPN; ++i) pr.A[size_t(i)] = A[size_t(i / (P * N))];
+  int bad = 0;
+  double worst = 0;  // in units of the allowed error
+  for (int k = 0; k < steps; ++k) {
+    // Fresh inputs each step; A * dt between -1.5 and -0.5, so the state
+    // forgets old errors quickly and stays of order one.
+    for (auto& v : x) v = float(rng.uniform() * 2 - 1);
+    for (auto& v : B) v = float(rng.uniform() * 2 - 1);
+    for (auto& v : dt) v = float(0.5 + 0.25 * rng.uniform());
+    REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+    pr.x.assign(x.begin(), x.end());
+    pr.B.assign(B.begin(), B.end());
+    pr.C.assign(C.begin(), C.end());
+    pr.dt.resize(size_t(H * P));
+    for (int64_t i = 0; i < H * P; ++i) pr.dt[size_t(i)] = dt[size_t(i / P)];
+    const RefResult r = reference_update(pr);
+    pr.state = r.state;  // the reference keeps float64 between tokens
+    for (int64_t row = 0; row < H * P; ++row) {
+      // SPEC.md section 6: |got - ref| <= 2 * decode scale + 1e-4 * |ref|.
+      for (int64_t n = 0; n < N; ++n) {
+        const size_t i = size_t(row * N + n);
+        const double got = double(ref_dequantize(q[i], scale[size_t(row)]));
+        const double lim = 2.0 * double(scale[size_t(row)]) + 1e-4 * std::fabs(r.state[i]);
+        worst = std::max(worst, std::fabs(got - r.state[i]) / lim);
+        if (!(std::fabs(got - r.state[i]) <= lim) && ++bad <= 10)
+          FAIL_CHECK("step " << k << " row " << row << " n " << n << ": got " << got << " ref "
+                             << r.state[i] << " tol " << lim);
+      }
+    }
+  }
+  MESSAGE("int16 2000 steps: worst error " << worst << " of the tolerance");
+  CHECK(bad == 0);
+  ssu_plan_destroy(plan);
+}
+
+TEST_CASE("ssu_advance_seed on the CPU: adds in place, wraps, refuses NULL") {
+  Cpu cpu;
+  uint64_t seed = 41;
+  CHECK(ssu_advance_seed(cpu.ctx, &seed, 1, nullptr) == SSU_SUCCESS);
+  CHECK(seed == 42);
+  seed = ~uint64_t(0);
+  CHECK(ssu_advance_seed(cpu.ctx, &seed, 3, nullptr) == SSU_SUCCESS);
+  CHECK(seed == 2);
+  CHECK(ssu_advance_seed(cpu.ctx, &seed, 0, nullptr) == SSU_SUCCESS);
+  CHECK(seed == 2);
+  CHECK(ssu_advance_seed(cpu.ctx, nullptr, 1, nullptr) == SSU_ERROR_NULL_POINTER);
+  CHECK(ssu_advance_seed(nullptr, &seed, 1, nullptr) == SSU_ERROR_BAD_HANDLE);
+  CHECK(seed == 2);
+}
