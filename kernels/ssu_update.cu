@@ -15,7 +15,10 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "ssu_cuda_launch.h"
+#include "ssu_math.h"
 
 // Values of SSU_DTYPE_* and SSU_ERROR_BIT_* (ssu.h, which nvcc does not need).
 #define SSU_DT_F32 1
@@ -34,6 +37,8 @@ using f16 = __half;
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
+// int16 codes: the row's decode scale is applied by the caller.
+__device__ __forceinline__ float to_f32(int16_t v) { return static_cast<float>(v); }
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
@@ -58,7 +63,9 @@ __device__ __forceinline__ int64_t load_index(const void* p, int32_t dtype, int6
   return __ldg(static_cast<const int*>(p) + i);
 }
 
-__device__ __forceinline__ float softplus20(float v) { return v > 20.f ? v : log1pf(expf(v)); }
+// The step size and decay use the library's own exp / log1p (ssu_math.h),
+// exactly as the CPU backend does, so that both store the same state bits.
+__device__ __forceinline__ float softplus20(float v) { return ssu_math::softplus20(v); }
 __device__ __forceinline__ float silu(float v) { return v / (1.f + expf(-v)); }
 
 __device__ __forceinline__ void report(uint32_t* word, uint32_t bit) {
@@ -84,33 +91,97 @@ __device__ __forceinline__ void load_chunk(const T* src, float* v) {
   }
 }
 
-template <typename T, int VEC>
-__device__ __forceinline__ void store_chunk(T* dst, const float* v) {
+// How a row is stored: round to nearest (f32 / f16 / bf16), stochastically
+// (f16 / bf16 with a seed: element n of the row draws the Philox word of
+// pool offset L0 + n), or quantized to int16 with the row's encode factor.
+struct RowStore {
+  uint64_t seed;
+  uint64_t L0;  // pool offset of this lane chunk's first element
+  float enc;    // int16 only
+  uint32_t rounds;
+};
+
+template <typename T>
+__device__ __forceinline__ uint16_t sr_bits(float v, uint32_t word);
+template <>
+__device__ __forceinline__ uint16_t sr_bits<f16>(float v, uint32_t word) {
+  return ssu_math::f32_to_f16_sr(v, word);
+}
+template <>
+__device__ __forceinline__ uint16_t sr_bits<bf16>(float v, uint32_t word) {
+  return ssu_math::f32_to_bf16_sr(v, word);
+}
+
+__device__ __forceinline__ uint32_t pick(const ssu_math::u32x4& r, uint32_t j) {
+  return j == 0 ? r.v[0] : j == 1 ? r.v[1] : j == 2 ? r.v[2] : r.v[3];
+}
+
+// The VEC stored values of one chunk as raw element bits, in the chunk's
+// element order. Elements past `left` are never stored (their bits are
+// computed from the padding zeros and dropped).
+template <typename T, int VEC, bool SR>
+__device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStore& rs) {
+  if constexpr (sizeof(T) == 2 && !std::is_same<T, int16_t>::value && SR) {
+    uint16_t bits[VEC];
+    if ((rs.L0 & 3) == 0 && VEC % 4 == 0) {
+      // Four elements per Philox call, the words in order.
+#pragma unroll
+      for (int q = 0; q < VEC; q += 4) {
+        const ssu_math::u32x4 r = ssu_math::philox4x32(rs.seed, rs.L0 + q, rs.rounds);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) bits[q + j] = sr_bits<T>(v[q + j], r.v[j]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const uint64_t L = rs.L0 + i;
+        const ssu_math::u32x4 r = ssu_math::philox4x32(rs.seed, L & ~uint64_t{3}, rs.rounds);
+        bits[i] = sr_bits<T>(v[i], pick(r, static_cast<uint32_t>(L & 3)));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) e[i] = *reinterpret_cast<const T*>(&bits[i]);
+  } else if constexpr (std::is_same<T, int16_t>::value) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) e[i] = ssu_math::int16_quantize(v[i], rs.enc);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) e[i] = from_f32<T>(v[i]);
+  }
+}
+
+// Stores one lane's chunk of a row: one 16-byte streaming store in the
+// vectorized kernels; element stores (at most `left`) in the general ones.
+template <typename T, int VEC, bool SR>
+__device__ __forceinline__ void store_row_chunk_as(T* dst, const float* v, int left,
+                                                   const RowStore& rs) {
   if constexpr (VEC * sizeof(T) == 16) {
     union {
       uint4 u;
       T e[VEC];
     } c;
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) c.e[i] = from_f32<T>(v[i]);
+    encode_chunk<T, VEC, SR>(c.e, v, rs);
     __stcs(reinterpret_cast<uint4*>(dst), c.u);
   } else {
+    T e[VEC];
+    encode_chunk<T, VEC, SR>(e, v, rs);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) dst[i] = from_f32<T>(v[i]);
+    for (int i = 0; i < VEC; ++i)
+      if (i < left) dst[i] = e[i];
   }
 }
 
-// Stores one lane's chunk of a row: one 16-byte store in the vectorized
-// kernels; element stores (at most `left` of them) in the general ones.
-template <typename T, int VEC>
-__device__ __forceinline__ void store_row_chunk(T* dst, const float* v, int left) {
-  if constexpr (VEC * sizeof(T) == 16) {
-    store_chunk<T, VEC>(dst, v);
-  } else {
+// The int16 encode factor of a row spread over `lpr` lanes (E values per
+// lane; values past N are zeros, which do not change the maximum). Every
+// lane of the row group must call it.
+template <int E>
+__device__ __forceinline__ float row_encode_factor(const float* hs, int lpr) {
+  float amax = 0.f;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i)
-      if (i < left) dst[i] = from_f32<T>(v[i]);
-  }
+  for (int e = 0; e < E; ++e) amax = ssu_math::int16_amax_step(amax, hs[e]);
+  for (int off = lpr >> 1; off > 0; off >>= 1)
+    amax = ssu_math::int16_amax_step(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  return ssu_math::int16_encode_factor(amax);
 }
 
 // A slot value is padding when negative or equal to the call's pad id.
@@ -133,8 +204,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
 //  4. rows are processed one per lane group, row-outer and token-inner: a
 //     row's state stays in fp32 registers across all tokens, and every store
 //     is a 16-byte store straight from registers.
-template <typename ST, typename IT, int VEC, int KC, bool ASYNC>
+// ST int16_t: block-scaled rows (decode scale per row). SR: stochastic
+// rounding of f16 / bf16 stores.
+template <typename ST, typename IT, int VEC, int KC, bool ASYNC, bool SR>
 __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
+  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
   constexpr int E = VEC * KC;  // state elements per lane per row
   extern __shared__ __align__(16) unsigned char smem[];
   const ssu_update_params& p = L.p;
@@ -304,7 +378,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
       s_dt[t] = dt;
       if (!(f & SSU_F_A_PER_CHANNEL))
-        s_dt[p.ntokens + t] = expf(load_param(p.A, p.A_dtype, h * p.A_stride_h) * dt);
+        s_dt[p.ntokens + t] =
+            ssu_math::exp(load_param(p.A, p.A_dtype, h * p.A_stride_h) * dt);
     }
     long long d = -1;
     if ((f & SSU_F_DST_PER_TOKEN) && !(f & SSU_F_DISABLE_UPDATE)) {
@@ -336,6 +411,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
                                          : nullptr;
   const bool final_store = (f & (SSU_F_DISABLE_UPDATE | SSU_F_DST_PER_TOKEN)) == 0;
   ST* final_base = nullptr;
+  int64_t final_slot = -1;
   if (final_store) {
     int64_t d = s0;
     if (f & SSU_F_HAS_DST) {
@@ -348,7 +424,14 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       }
     }
     if (d >= 0) final_base = state + d * p.state_stride_slot + head_off;
+    final_slot = d;
   }
+  RowStore rs;
+  rs.seed = SR ? *p.sr_seed : 0;
+  rs.rounds = p.sr_rounds;
+  rs.enc = 1.f;
+  rs.L0 = 0;
+  const int64_t scale_head = h * P;
   const bool a_per_head = !(f & SSU_F_A_PER_CHANNEL);
   // Per-head A with a per-channel step size: exp(A*dt) per row and token.
   const float a_head =
@@ -375,6 +458,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
     const int lr = rv ? lr_raw : 0;
     const int row = r0 + lr;
     float hs[E];
+    const float row_scale =
+        QUANT ? __ldg(p.state_scale + s0 * p.state_scale_stride_slot + scale_head + row) : 1.f;
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
       const int n0 = (lane_r + k * lpr) * VEC;
@@ -393,10 +478,17 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 #pragma unroll
             for (int v = 0; v < VEC; ++v) hs[k * VEC + v] = to_f32(sp[v]);
           }
+          if (QUANT) {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) hs[k * VEC + v] = hs[k * VEC + v] * row_scale;
+          }
         } else {
 #pragma unroll
           for (int v = 0; v < VEC; ++v)
-            hs[k * VEC + v] = n0 + v < N ? to_f32(src_tile[lr * N + n0 + v]) : 0.f;
+            hs[k * VEC + v] =
+                n0 + v < N ? (QUANT ? to_f32(src_tile[lr * N + n0 + v]) * row_scale
+                                    : to_f32(src_tile[lr * N + n0 + v]))
+                           : 0.f;
         }
       } else {
 #pragma unroll
@@ -412,7 +504,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       const float dt = dt_per_head ? s_dt[t] : s_dt[t * rows + lr];
       const float dtx = dt * xv;
       const float dA_head =
-          !a_per_head ? 0.f : dt_per_head ? s_dt[p.ntokens + t] : expf(a_head * dt);
+          !a_per_head ? 0.f : dt_per_head ? s_dt[p.ntokens + t] : ssu_math::exp(a_head * dt);
       const float* Bt = s_B + t * N;
       const float* Ct = s_C + t * N;
       const float* Ar = s_A + lr * N;
@@ -450,8 +542,9 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
         for (int v = 0; v < VEC; ++v) {
           const int e = k * VEC + v;
           float dA = dA_head;
-          if (!a_per_head) dA = __expf(Av[v] * dt);
-          hs[e] = fmaf(hs[e], dA, Bv[v] * dtx);
+          if (!a_per_head) dA = ssu_math::exp(Av[v] * dt);
+          // Two roundings, as on the CPU (compiled with -fmad=false).
+          hs[e] = hs[e] * dA + Bv[v] * dtx;
           acc = fmaf(hs[e], Cv[v], acc);
         }
       }
@@ -464,25 +557,44 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
       }
 
       const long long d = s_dst[t];
-      if (rv && (d >= 0 || inter_base)) {
-        ST* dstp = d >= 0 ? state + d * p.state_stride_slot + head_off + (int64_t)row * N : nullptr;
-        ST* intp = inter_base ? inter_base + t * p.inter_stride_t + (int64_t)row * N : nullptr;
+      if (d >= 0 || inter_base) {  // block-uniform
+        if (QUANT) rs.enc = row_encode_factor<E>(hs, lpr);
+        if (rv) {
+          ST* dstp =
+              d >= 0 ? state + d * p.state_stride_slot + head_off + (int64_t)row * N : nullptr;
+          ST* intp = inter_base ? inter_base + t * p.inter_stride_t + (int64_t)row * N : nullptr;
 #pragma unroll
-        for (int k = 0; k < KC; ++k) {
-          const int n0 = (lane_r + k * lpr) * VEC;
-          if (n0 >= N) continue;
-          if (dstp) store_row_chunk<ST, VEC>(dstp + n0, &hs[k * VEC], N - n0);
-          if (intp) store_row_chunk<ST, VEC>(intp + n0, &hs[k * VEC], N - n0);
+          for (int k = 0; k < KC; ++k) {
+            const int n0 = (lane_r + k * lpr) * VEC;
+            if (n0 >= N) continue;
+            if (SR) rs.L0 = s0 * p.state_stride_slot + head_off + (int64_t)row * N + n0;
+            if (dstp) store_row_chunk_as<ST, VEC, SR>(dstp + n0, &hs[k * VEC], N - n0, rs);
+            if (intp) store_row_chunk_as<ST, VEC, SR>(intp + n0, &hs[k * VEC], N - n0, rs);
+          }
+          if (QUANT && lane_r == 0) {
+            const float dec = 1.0f / rs.enc;
+            if (d >= 0) p.state_scale[d * p.state_scale_stride_slot + scale_head + row] = dec;
+            if (inter_base)
+              p.inter_scale[inter_slot * p.inter_scale_stride_i + t * p.inter_scale_stride_t +
+                            scale_head + row] = dec;
+          }
         }
       }
     }
 
-    if (rv && final_base) {
+    if (final_base) {  // block-uniform
+      if (QUANT) rs.enc = row_encode_factor<E>(hs, lpr);
+      if (rv) {
 #pragma unroll
-      for (int k = 0; k < KC; ++k) {
-        const int n0 = (lane_r + k * lpr) * VEC;
-        if (n0 < N)
-          store_row_chunk<ST, VEC>(final_base + (int64_t)row * N + n0, &hs[k * VEC], N - n0);
+        for (int k = 0; k < KC; ++k) {
+          const int n0 = (lane_r + k * lpr) * VEC;
+          if (n0 >= N) continue;
+          if (SR) rs.L0 = s0 * p.state_stride_slot + head_off + (int64_t)row * N + n0;
+          store_row_chunk_as<ST, VEC, SR>(final_base + (int64_t)row * N + n0, &hs[k * VEC],
+                                          N - n0, rs);
+        }
+        if (QUANT && lane_r == 0)
+          p.state_scale[final_slot * p.state_scale_stride_slot + scale_head + row] = 1.0f / rs.enc;
       }
     }
   }
@@ -492,25 +604,32 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
 // MINB: resident blocks per SM the register allocation must allow (ptxas,
 // sm_90a: the vectorized kernels fit 8 without spilling, the general ones 6).
-#define SSU_KERNEL(name, ST, IT, VEC, KC, ASYNC, MINB)                       \
+#define SSU_KERNEL(name, ST, IT, VEC, KC, ASYNC, SR, MINB)                   \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS, MINB)        \
       name(const __grid_constant__ ssu_cuda_update_launch launch) {          \
-    update_body<ST, IT, VEC, KC, ASYNC>(launch);                             \
+    update_body<ST, IT, VEC, KC, ASYNC, SR>(launch);                         \
   }
 
-// Vectorized: one or two 16-byte chunks of the row per lane.
-#define SSU_KERNELS_FOR(sname, ST)                                           \
-  SSU_KERNEL(ssu_update_##sname##_f32_vec1, ST, float, 16 / sizeof(ST), 1, true, 8) \
-  SSU_KERNEL(ssu_update_##sname##_f16_vec1, ST, f16, 16 / sizeof(ST), 1, true, 8) \
-  SSU_KERNEL(ssu_update_##sname##_bf16_vec1, ST, bf16, 16 / sizeof(ST), 1, true, 8) \
-  SSU_KERNEL(ssu_update_##sname##_f32_gen, ST, float, 1, 8, false, 6)                 \
-  SSU_KERNEL(ssu_update_##sname##_f16_gen, ST, f16, 1, 8, false, 6)                   \
-  SSU_KERNEL(ssu_update_##sname##_bf16_gen, ST, bf16, 1, 8, false, 6)
+// Per state dtype and rounding: one 16-byte chunk of the row per lane
+// (vec1), or element accesses (gen) for any N and alignment. The int16 and
+// stochastic kernels carry more live values (row maximum, Philox state):
+// they are allowed more registers (fewer resident blocks) instead of
+// spilling.
+#define SSU_KERNELS_FOR(sname, ST, SR, suffix, MINB_VEC, MINB_GEN)                                    \
+  SSU_KERNEL(ssu_update_##sname##_f32_vec1##suffix, ST, float, 16 / sizeof(ST), 1, true, SR, MINB_VEC) \
+  SSU_KERNEL(ssu_update_##sname##_f16_vec1##suffix, ST, f16, 16 / sizeof(ST), 1, true, SR, MINB_VEC)   \
+  SSU_KERNEL(ssu_update_##sname##_bf16_vec1##suffix, ST, bf16, 16 / sizeof(ST), 1, true, SR, MINB_VEC) \
+  SSU_KERNEL(ssu_update_##sname##_f32_gen##suffix, ST, float, 1, 8, false, SR, MINB_GEN)               \
+  SSU_KERNEL(ssu_update_##sname##_f16_gen##suffix, ST, f16, 1, 8, false, SR, MINB_GEN)                 \
+  SSU_KERNEL(ssu_update_##sname##_bf16_gen##suffix, ST, bf16, 1, 8, false, SR, MINB_GEN)
 
-SSU_KERNELS_FOR(f32, float)
-SSU_KERNELS_FOR(f16, f16)
-SSU_KERNELS_FOR(bf16, bf16)
+SSU_KERNELS_FOR(f32, float, false, , 8, 6)
+SSU_KERNELS_FOR(f16, f16, false, , 8, 6)
+SSU_KERNELS_FOR(bf16, bf16, false, , 8, 6)
+SSU_KERNELS_FOR(i16, int16_t, false, , 5, 4)
+SSU_KERNELS_FOR(f16, f16, true, _sr, 6, 4)
+SSU_KERNELS_FOR(bf16, bf16, true, _sr, 6, 4)
 // f32 rows longer than 128 elements need two 16-byte chunks per lane.
-SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true, 8)
-SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true, 8)
-SSU_KERNEL(ssu_update_f32_bf16_vec2, float, bf16, 4, 2, true, 8)
+SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true, false, 8)
+SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true, false, 8)
+SSU_KERNEL(ssu_update_f32_bf16_vec2, float, bf16, 4, 2, true, false, 8)

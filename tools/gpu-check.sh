@@ -9,6 +9,7 @@
 # Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
 # SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
 # TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
+# BENCH_NEW=0 skips the int16 / stochastic-rounding / Mamba-3 benchmarks.
 # NCU=1 profiles one update kernel of each benchmark shape with Nsight Compute.
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9).
@@ -62,6 +63,15 @@ if [ "${TESTS:-1}" != 0 ]; then
   env -u SSU_TEST_EVERY "$build/tests/gpu/test_gpu_update" 2>&1
   rc=$?
   note "gpu suite: exit $rc in $(( $(date +%s) - t0 )) s"
+  # The other GPU programs (rounding / CPU bit equality, Mamba-3, ...).
+  for t in "$build"/tests/gpu/test_gpu_*; do
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    name=$(basename "$t")
+    [ "$name" = test_gpu_update ] && continue
+    t0=$(date +%s)
+    env -u SSU_TEST_EVERY "$t" 2>&1 | tail -25
+    note "$name: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+  done
   t0=$(date +%s)
   if [ "${CPU_SUITES:-1}" != 0 ]; then
     meson test -C "$build" --no-rebuild --suite cpu --suite api --suite validation --suite abi \
@@ -77,6 +87,15 @@ if [ "${TESTS:-1}" != 0 ]; then
         --print-limit 20 "$build/tests/gpu/test_gpu_update" \
         --test-case='*table*,*graph*,*error word*' 2>&1 | tail -12
       note "compute-sanitizer $tool: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+      for t in "$build"/tests/gpu/test_gpu_*; do
+        [ -x "$t" ] && [ -f "$t" ] || continue
+        name=$(basename "$t")
+        [ "$name" = test_gpu_update ] && continue
+        t0=$(date +%s)
+        SSU_TEST_EVERY=${SAN_EVERY:-9} compute-sanitizer --tool $tool --error-exitcode 99 \
+          --print-limit 20 "$t" 2>&1 | tail -6
+        note "compute-sanitizer $tool $name: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+      done
     done
   fi
   cp "$build/meson-logs/testlog.txt" "$out/testlog.txt" 2>/dev/null
@@ -99,6 +118,12 @@ if [ "${BENCH:-1}" != 0 ]; then
   bench --state-dtype f16 --batch 1,8,64,256 $iters
   bench --mamba1 --batch 1,8,64,256 $iters
   bench --tokens 4 --batch 1,8,64,128 $iters
+  if [ "${BENCH_NEW:-1}" != 0 ]; then
+    bench --state-dtype i16 $iters
+    bench --state-dtype bf16 --sr-compare --batch 1,8,64,256 $iters
+    bench --state-dtype f16 --sr-compare --batch 1,8,64,256 $iters
+    bench --mamba3 $iters
+  fi
   note "benchmarks done (bench.txt)"
 fi
 

@@ -48,6 +48,7 @@ void check(const Driver& d, CUresult r, const char* call) {
   if (r != CUDA_SUCCESS) fail(SSU_ERROR_CUDA, "%s", ssu_cuda::describe(d, call, r).c_str());
 }
 
+// Input dtypes are indices 0..2; state dtypes 0..3 (int16 block-scaled).
 int dtype_index(int32_t dtype) {
   switch (dtype) {
     case SSU_DTYPE_F32: return 0;
@@ -56,7 +57,9 @@ int dtype_index(int32_t dtype) {
     default: return -1;
   }
 }
-const char* const kDtypeNames[3] = {"f32", "f16", "bf16"};
+int state_dtype_index(int32_t dtype) { return dtype == SSU_DTYPE_I16 ? 3 : dtype_index(dtype); }
+constexpr int kStateDtypes = 4;
+const char* const kDtypeNames[kStateDtypes] = {"f32", "f16", "bf16", "i16"};
 int dtype_bytes(int i) { return i == 0 ? 4 : 2; }
 
 // Kernel variants (see kernels/ssu_update.cu).
@@ -146,12 +149,14 @@ class CudaBackend final : public Backend {
              "CUDA_ERROR_NO_BINARY_FOR_GPU); rebuild with -Dcuda_archs=sm_%d",
              name, cc_, cc_);
       check(d_, r, "cuLibraryLoadData");
-      for (int s = 0; s < 3; ++s)
+      for (int s = 0; s < kStateDtypes; ++s)
         for (int i = 0; i < 3; ++i)
-          for (int v = 0; v < kNumVariants; ++v) {
-            if (v == kVec2 && s != 0) continue;  // only f32 rows need two chunks
-            const std::string kname = format("ssu_update_%s_%s_%s", kDtypeNames[s],
-                                             kDtypeNames[i], kVariantNames[v]);
+          for (int v = 0; v < kNumVariants; ++v)
+          for (int sr = 0; sr < 2; ++sr) {
+            if (v == kVec2 && (s != 0 || sr)) continue;  // only f32 rows need two chunks
+            if (sr && s != 1 && s != 2) continue;         // stochastic: f16 / bf16 only
+            const std::string kname = format("ssu_update_%s_%s_%s%s", kDtypeNames[s],
+                                             kDtypeNames[i], kVariantNames[v], sr ? "_sr" : "");
             CUkernel k = nullptr;
             CUresult rk = d_.LibraryGetKernel(&k, lib_, kname.c_str());
             if (rk != CUDA_SUCCESS)
@@ -176,14 +181,72 @@ class CudaBackend final : public Backend {
                   "cuFuncGetAttribute");
             // Registers are allocated per warp in units of 256.
             const int per_block = ((regs * 32 + 255) / 256) * 256 * (SSU_CUDA_THREADS / 32);
-            regs_blocks_[s][i][v] = std::max(1, std::min(16, 65536 / std::max(1, per_block)));
-            fn_[s][i][v] = fn;
+            regs_blocks_[s][i][v][sr] = std::max(1, std::min(16, 65536 / std::max(1, per_block)));
+            fn_[s][i][v][sr] = fn;
           }
       advance_seed_fn_ = load_function("ssu_advance_seed");
+      for (int si = 0; si < 3; ++si)
+        for (int v = 0; v < kM3Variants; ++v) {
+          m3_fn_[si][v] = load_function(
+              format("ssu_mamba3_step_%s_%s", kDtypeNames[si], kM3VariantNames[v]).c_str());
+          check(d_, d_.FuncSetAttribute(m3_fn_[si][v], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        max_smem_),
+                "cuFuncSetAttribute");
+        }
+      rotary_fn_ = load_function("ssu_mamba3_rotary");
     } catch (...) {
       release();
       throw;
     }
+  }
+
+  ssu_algorithm_t plan_mamba3_step(const ssu_mamba3_params& p,
+                                   ssu_algorithm_t requested) override {
+    if (dtype_index(p.state_dtype) < 0 || dtype_index(p.input_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA Mamba-3 step supports f32, f16 and bf16 states "
+           "and inputs");
+    const int64_t need = m3_smem_bytes(p);
+    if (need > max_smem_)
+      fail(SSU_ERROR_NOT_SUPPORTED, "rank=%lld, dim=%lld, dstate=%lld need %lld bytes of shared "
+           "memory per block, more than this device's %d", static_cast<long long>(p.rank),
+           static_cast<long long>(p.dim), static_cast<long long>(p.dstate),
+           static_cast<long long>(need), max_smem_);
+    return simple_algorithm(requested);
+  }
+
+  void execute_mamba3_step(const ssu_mamba3_params& p, ssu_algorithm_t,
+                           ssu_stream_t stream) override {
+    if (p.batch <= 0) return;
+    const int si = dtype_index(p.state_dtype);
+    const int v = p.rank == 1 ? 0 : p.rank == 2 ? 1 : p.rank == 4 ? 2 : 3;
+    const int64_t blocks = p.batch * p.nheads;
+    if (blocks > INT32_MAX)
+      fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
+           static_cast<long long>(blocks));
+    ssu_mamba3_params copy = p;
+    void* args[] = {&copy};
+    launch(m3_fn_[si][v], static_cast<unsigned>(blocks), kM3Threads,
+           static_cast<unsigned>(m3_smem_bytes(p)), stream, args);
+  }
+
+  ssu_algorithm_t plan_mamba3_rotary(const ssu_rotary_params& p,
+                                     ssu_algorithm_t requested) override {
+    if (dtype_index(p.qk_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA rotary step supports f32, f16 and bf16 q and k");
+    return simple_algorithm(requested);
+  }
+
+  void execute_mamba3_rotary(const ssu_rotary_params& p, ssu_algorithm_t,
+                             ssu_stream_t stream) override {
+    if (p.batch <= 0) return;
+    const int64_t blocks = p.batch * p.nheads;
+    if (blocks > INT32_MAX)
+      fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
+           static_cast<long long>(blocks));
+    ssu_rotary_params copy = p;
+    void* args[] = {&copy};
+    launch(rotary_fn_, static_cast<unsigned>(blocks), kM3Threads,
+           static_cast<unsigned>(2 * p.nangles * 4), stream, args);
   }
 
   void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t stream) override {
@@ -199,8 +262,8 @@ class CudaBackend final : public Backend {
   const char* device_name() const override { return name_.c_str(); }
 
   ssu_algorithm_t plan_update(const ssu_update_params& p, ssu_algorithm_t requested) override {
-    if (dtype_index(p.state_dtype) < 0)
-      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend supports f32, f16 and bf16 states, not %s",
+    if (state_dtype_index(p.state_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend supports f32, f16, bf16 and i16 states, not %s",
            ssu_dtype_name(p.state_dtype));
     if (dtype_index(p.input_dtype) < 0)
       fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend does not support %s inputs",
@@ -238,7 +301,8 @@ class CudaBackend final : public Backend {
     if (algorithm != SSU_ALGORITHM_CUDA_SIMPLE)
       fail(SSU_ERROR_INTERNAL, "CUDA backend asked to run algorithm %d", algorithm);
     if (p.batch <= 0) return;
-    const int si = dtype_index(p.state_dtype), ii = dtype_index(p.input_dtype);
+    const int si = state_dtype_index(p.state_dtype), ii = dtype_index(p.input_dtype);
+    const int sr = (p.features & SSU_F_STOCHASTIC) ? 1 : 0;
     if (si < 0 || ii < 0) fail(SSU_ERROR_INTERNAL, "unplanned dtype reached the CUDA backend");
 
     ssu_cuda_update_launch L;
@@ -263,7 +327,8 @@ class CudaBackend final : public Backend {
       variant = kGen;
       L.lanes_per_row = pow2_ceil((N + 7) / 8);
     }
-    const CUfunction fn = fn_[si][ii][variant];
+    const CUfunction fn = fn_[si][ii][variant][sr];
+    if (!fn) fail(SSU_ERROR_INTERNAL, "no CUDA kernel for this state dtype and rounding");
 
     // Tile: the rows a block copies into shared memory (its bytes in flight).
     // Candidates halve from kTileBytes of state down to one row per lane
@@ -288,7 +353,7 @@ class CudaBackend final : public Backend {
       const int64_t sm = shared_layout(p, variant != kGen, r, &L);
       if (sm <= max_smem_) {
         const int64_t resident = std::max<int64_t>(
-            1, std::min<int64_t>(regs_blocks_[si][ii][variant], smem_per_sm_ / (sm + 1024)));
+            1, std::min<int64_t>(regs_blocks_[si][ii][variant][sr], smem_per_sm_ / (sm + 1024)));
         const int64_t blocks = bh * ((P + r - 1) / r);
         const int64_t waves = (blocks + resident * sms_ - 1) / (resident * sms_);
         const double cost = double(waves) * double(int64_t(r) * row_bytes + kFixedBlockBytes);
@@ -319,6 +384,25 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Mamba-3 step kernels (kernels/ssu_mamba3.cu): per state dtype, B/C in
+  // registers for R = 1, 2, 4, or read from shared memory for any R.
+  static constexpr int kM3Variants = 4;
+  static constexpr const char* kM3VariantNames[kM3Variants] = {"r1", "r2", "r4", "rn"};
+  static constexpr int kM3Threads = 128;  // M3_THREADS
+
+  // Shared memory of one step block: B, prev_B, C [R][N] and four [R][P]
+  // per-row tables (fp32), plus a few partial sums.
+  static int64_t m3_smem_bytes(const ssu_mamba3_params& p) {
+    return (3 * p.rank * p.dstate + 4 * p.rank * p.dim + 8) * 4;
+  }
+
+  static ssu_algorithm_t simple_algorithm(ssu_algorithm_t requested) {
+    if (requested == SSU_ALGORITHM_AUTO || requested == SSU_ALGORITHM_CUDA_SIMPLE)
+      return SSU_ALGORITHM_CUDA_SIMPLE;
+    fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %s cannot run this operation on the CUDA "
+         "backend; use cuda_simple or auto", algorithm_name(requested));
+  }
+
   // Launches `fn` on `stream` with the library's context current (pushed
   // only when the caller's current context differs).
   void launch(CUfunction fn, unsigned blocks, unsigned threads, unsigned smem,
@@ -380,10 +464,12 @@ class CudaBackend final : public Backend {
   int sms_ = 1;
   int max_smem_ = 48 * 1024;
   int smem_per_sm_ = 100 * 1024;
-  int regs_blocks_[3][3][kNumVariants] = {};
+  int regs_blocks_[kStateDtypes][3][kNumVariants][2] = {};
   std::string name_;
-  CUfunction fn_[3][3][kNumVariants] = {};
+  CUfunction fn_[kStateDtypes][3][kNumVariants][2] = {};
   CUfunction advance_seed_fn_ = nullptr;
+  CUfunction m3_fn_[3][kM3Variants] = {};
+  CUfunction rotary_fn_ = nullptr;
 };
 
 }  // namespace
