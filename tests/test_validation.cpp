@@ -33,7 +33,7 @@ struct CpuContext {
   ~CpuContext() { ssu_context_destroy(ctx); }
 };
 
-enum Base { kSingle, kMulti, kVarlen, kInter, kMamba1 };
+enum Base { kSingle, kMulti, kVarlen, kInter, kMamba1, kI16, kI16Inter, kSR };
 
 UpdateCase base_case(Base b) {
   UpdateCase c;
@@ -74,6 +74,28 @@ UpdateCase base_case(Base b) {
       c.single();
       c.mamba1();
       c.P = 128;
+      break;
+    case kI16:  // int16 pool with scales, single token, 1-D dst
+      c.tag = "validation_i16";
+      c.single();
+      c.has_dst = true;
+      c.state = SSU_DTYPE_I16;
+      break;
+    case kI16Inter:  // int16 pool, intermediate buffer with its scales
+      c.tag = "validation_i16_intermediate";
+      c.multi(3);
+      c.store = Store::Intermediate;
+      c.inter_index = true;
+      c.state = SSU_DTYPE_I16;
+      break;
+    case kSR:  // bf16 pool, stochastic rounding with 7 rounds, per-token dst
+      c.tag = "validation_sr";
+      c.multi(4);
+      c.src_2d = true;
+      c.num_accepted = true;
+      c.store = Store::DstPerToken;
+      c.dtypes(SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_F32);
+      c.sr(0x5eed, 7);
       break;
   }
   return c;
@@ -414,6 +436,97 @@ std::vector<BadInput> bad_inputs() {
       {SSU_ERROR_INVALID_ARGUMENT, SSU_ERROR_INCOMPATIBLE_OPTIONS, SSU_ERROR_NOT_SUPPORTED},
       {"state_scale"});
 
+  // --- int16 scales, stochastic rounding ------------------------------------------
+  static uint64_t seed_value = 1234;
+  const std::vector<ssu_status_t> kMissing = {SSU_ERROR_NULL_POINTER};
+  const std::vector<ssu_status_t> kExcluded = {SSU_ERROR_INCOMPATIBLE_OPTIONS};
+  add("i16 state_scale data NULL", kI16, [](A&, Pl& p, const Pr&) { p.state_scale.data = nullptr; },
+      kMissing, {"state_scale"});
+  add("state_scale with a bf16 state", kMulti,
+      [](A&, Pl& p, const Pr&) {
+        p.state_scale = index_tensor(SSU_DTYPE_F32, {p.state.shape[0], H, P});
+      },
+      kExcluded, {"state_scale"});
+  auto scale_change = [&](std::string what, std::function<void(ssu_tensor_t&)> f,
+                          ssu_status_t code) {
+    add("state_scale " + what, kI16, [f](A&, Pl& p, const Pr&) { f(p.state_scale); }, {code},
+        {"state_scale"});
+  };
+  scale_change("dtype f16", [](ssu_tensor_t& t) { t.dtype = SSU_DTYPE_F16; }, SSU_ERROR_BAD_DTYPE);
+  scale_change("dtype bf16", [](ssu_tensor_t& t) { t.dtype = SSU_DTYPE_BF16; }, SSU_ERROR_BAD_DTYPE);
+  scale_change("dtype i32", [](ssu_tensor_t& t) { t.dtype = SSU_DTYPE_I32; }, SSU_ERROR_BAD_DTYPE);
+  scale_change("ndim 2", [](ssu_tensor_t& t) { t.ndim = 2; }, SSU_ERROR_BAD_RANK);
+  scale_change("ndim 4", [](ssu_tensor_t& t) { t.ndim = 4; t.shape[3] = 1; t.strides[3] = 1; },
+               SSU_ERROR_BAD_RANK);
+  scale_change("slots S+1", [](ssu_tensor_t& t) { t.shape[0] += 1; }, SSU_ERROR_BAD_SHAPE);
+  scale_change("slots S-1", [](ssu_tensor_t& t) { t.shape[0] -= 1; }, SSU_ERROR_BAD_SHAPE);
+  scale_change("heads H+1", [](ssu_tensor_t& t) { t.shape[1] = H + 1; }, SSU_ERROR_BAD_SHAPE);
+  scale_change("dim P-1", [](ssu_tensor_t& t) { t.shape[2] = P - 1; }, SSU_ERROR_BAD_SHAPE);
+  scale_change("dim stride 2", [](ssu_tensor_t& t) { t.strides[2] = 2; }, SSU_ERROR_BAD_STRIDE);
+  scale_change("head stride P+1", [](ssu_tensor_t& t) { t.strides[1] = P + 1; },
+               SSU_ERROR_BAD_STRIDE);
+  scale_change("slot stride H*P-1", [](ssu_tensor_t& t) { t.strides[0] = H * P - 1; },
+               SSU_ERROR_BAD_STRIDE);
+  scale_change("slot stride 0", [](ssu_tensor_t& t) { t.strides[0] = 0; }, SSU_ERROR_BAD_STRIDE);
+
+  add("i16 intermediate_scales data NULL", kI16Inter,
+      [](A& a, Pl&, const Pr&) { a.intermediate_scales.data = nullptr; },
+      {SSU_ERROR_NULL_POINTER, SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"intermediate_scales"});
+  add("intermediate_scales with an f32 state", kInter,
+      [](A& a, Pl&, const Pr&) {
+        a.intermediate_scales = index_tensor(SSU_DTYPE_F32, {a.intermediate_states.shape[0], 3, H, P});
+      },
+      kExcluded, {"intermediate_scales"});
+  add("intermediate_scales without intermediate_states", kI16,
+      [](A& a, Pl&, const Pr&) { a.intermediate_scales = index_tensor(SSU_DTYPE_F32, {3, 1, H, P}); },
+      kExcluded, {"intermediate_scales", "intermediate_states"});
+  auto iscale_change = [&](std::string what, std::function<void(ssu_tensor_t&)> f,
+                           ssu_status_t code) {
+    add("intermediate_scales " + what, kI16Inter,
+        [f](A& a, Pl&, const Pr&) { f(a.intermediate_scales); }, {code},
+        {"intermediate_scales"});
+  };
+  iscale_change("dtype bf16", [](ssu_tensor_t& t) { t.dtype = SSU_DTYPE_BF16; }, SSU_ERROR_BAD_DTYPE);
+  iscale_change("dtype i16", [](ssu_tensor_t& t) { t.dtype = SSU_DTYPE_I16; }, SSU_ERROR_BAD_DTYPE);
+  iscale_change("ndim 3", [](ssu_tensor_t& t) { t.ndim = 3; }, SSU_ERROR_BAD_RANK);
+  iscale_change("ndim 5", [](ssu_tensor_t& t) { t.ndim = 5; t.shape[4] = 1; t.strides[4] = 1; },
+                SSU_ERROR_BAD_RANK);
+  iscale_change("entries I+1", [](ssu_tensor_t& t) { t.shape[0] += 1; }, SSU_ERROR_BAD_SHAPE);
+  iscale_change("tokens T-1", [](ssu_tensor_t& t) { t.shape[1] -= 1; }, SSU_ERROR_BAD_SHAPE);
+  iscale_change("heads H-1", [](ssu_tensor_t& t) { t.shape[2] = H - 1; }, SSU_ERROR_BAD_SHAPE);
+  iscale_change("dim 2P", [](ssu_tensor_t& t) { t.shape[3] = 2 * P; }, SSU_ERROR_BAD_SHAPE);
+  iscale_change("dim stride 2", [](ssu_tensor_t& t) { t.strides[3] = 2; }, SSU_ERROR_BAD_STRIDE);
+  iscale_change("head stride P+3", [](ssu_tensor_t& t) { t.strides[2] = P + 3; },
+                SSU_ERROR_BAD_STRIDE);
+
+  add("rounding_seed with an f32 state", kSingle,
+      [](A& a, Pl&, const Pr&) { a.rounding_seed = &seed_value; }, kExcluded, {"rounding_seed"});
+  add("rounding_seed with an i16 state", kI16,
+      [](A& a, Pl&, const Pr&) { a.rounding_seed = &seed_value; }, kExcluded, {"rounding_seed"});
+  add("rounding_seed with an f32 intermediate buffer", kInter,
+      [](A& a, Pl&, const Pr&) {
+        a.rounding_seed = &seed_value;
+        a.rounding_rounds = 10;
+      },
+      kExcluded, {"rounding_seed"});
+  for (uint32_t bad_rounds : {33u, 64u, 0xffffffffu})
+    add("rounding_rounds " + std::to_string(bad_rounds), kSR,
+        [bad_rounds](A& a, Pl&, const Pr&) { a.rounding_rounds = bad_rounds; },
+        {SSU_ERROR_INVALID_ARGUMENT}, {"rounding_rounds"});
+  add("rounding_rounds without a seed", kMulti,
+      [](A& a, Pl&, const Pr&) { a.rounding_rounds = 10; }, kExcluded,
+      {"rounding_rounds", "rounding_seed"});
+  add("rounding_rounds 1 without a seed (SR base)", kSR,
+      [](A& a, Pl&, const Pr&) {
+        a.rounding_seed = nullptr;
+        a.rounding_rounds = 1;
+      },
+      kExcluded, {"rounding_rounds", "rounding_seed"});
+  add("reserved1", kSingle, [](A& a, Pl&, const Pr&) { a.reserved1 = 1; },
+      {SSU_ERROR_INVALID_ARGUMENT}, {"reserved1"});
+  add("reserved1 (SR base)", kSR, [](A& a, Pl&, const Pr&) { a.reserved1 = 0x80000000u; },
+      {SSU_ERROR_INVALID_ARGUMENT}, {"reserved1"});
+
   // --- flags and struct sizes ----------------------------------------------------
   add("unknown flag 0x4", kSingle, [](A& a, Pl&, const Pr&) { a.flags |= 0x4u; },
       {SSU_ERROR_UNKNOWN_FLAG}, {"flags"});
@@ -659,6 +772,13 @@ TEST_CASE("validation: execute refuses arguments that do not fit the plan") {
       {"per-token dst -> final", kMulti, [](UpdateCase& u) { u.store = Store::Final; }},
       {"intermediate absent", kInter, [](UpdateCase& u) { u.store = Store::Final; u.inter_index = false; }},
       {"intermediate_index absent", kInter, [](UpdateCase& u) { u.inter_index = false; }},
+      {"stochastic rounding on -> off", kSR, [](UpdateCase& u) { u.stochastic = false; }},
+      {"stochastic rounding off -> on", kMulti, [](UpdateCase& u) { u.sr(99); }},
+      {"rounding rounds 7 -> 3", kSR, [](UpdateCase& u) { u.rounding_rounds = 3; }},
+      {"rounding rounds 7 -> default", kSR, [](UpdateCase& u) { u.rounding_rounds = 0; }},
+      {"int16 -> f32 state", kI16, [=](UpdateCase& u) { u.state = F32; }},
+      {"f32 -> int16 state", kSingle, [](UpdateCase& u) { u.state = SSU_DTYPE_I16; }},
+      {"int16 -> bf16 state", kI16Inter, [=](UpdateCase& u) { u.state = BF16; }},
   };
   for (const Change& ch : changes) {
     CAPTURE(std::string(ch.what));
@@ -692,7 +812,7 @@ TEST_CASE("validation: execute refuses arguments that do not fit the plan") {
 TEST_CASE("validation: execute accepts another batch size, slot count and strides") {
   CpuContext c;
   HostMemory mem;
-  for (Base base : {kSingle, kMulti, kVarlen, kInter, kMamba1}) {
+  for (Base base : {kSingle, kMulti, kVarlen, kInter, kMamba1, kI16, kI16Inter, kSR}) {
     CAPTURE(int(base));
     UpdateProblem planned(base_case(base), mem);
     const ssu_update_args_t pa = planned.args();
