@@ -75,9 +75,13 @@ def test_step_per_rank_outputs_padding_and_dst(ctx):
 def test_step_outproj_gate_update_prev(ctx):
     a = step_inputs(2, outproj=True, z=True)
     a["src_index"] = np.array([4, 1, 2], np.int64)
-    a["dst_index"] = np.array([4, 0, 3], np.int64)  # slot 4 in place
+    a["dst_index"] = np.array([4, -1, 3], np.int64)  # slot 4 in place; no store for b = 1
     a["update_prev"] = True
-    check_step(ctx, a)
+    before = check_step(ctx, a)
+    assert np.all(a["out"][1] != 0)
+    for name in ("state", "prev_B", "prev_x"):
+        for s in (0, 1, 2):
+            assert same_bits(a[name][s], before[name][s]), f"{name} slot {s}"
 
 
 @pytest.mark.parametrize("R", [1, 4])
@@ -170,9 +174,9 @@ def angle_close(got, want, tol=1e-4):
 
 @pytest.mark.parametrize("halved", [False, True])
 def test_rotary_separate_outputs(ctx, halved):
-    a = rotary_inputs(20 + halved)
-    a["src_index"] = np.array([2, -1, 4], np.int64)
-    a["dst_index"] = np.array([0, 3, 4], np.int64)
+    a = rotary_inputs(20 + halved, Bt=4)
+    a["src_index"] = np.array([2, -1, 4, 1], np.int64)
+    a["dst_index"] = np.array([0, 3, 4, -1], np.int64)  # b = 3 stores no angles
     a["halved"] = halved
     a["q_out"] = np.full_like(a["q"], np.nan)
     a["k_out"] = np.full_like(a["k"], np.nan)
