@@ -802,6 +802,11 @@ CheckResult StepProblem::check_unchanged() const {
   return t_.check(describe(c_) + "\n  expected nothing to be written", true);
 }
 
+void StepProblem::expect_padded(int64_t b) {
+  slots_.live.at(size_t(b)) = false;
+  expect_reference();
+}
+
 void StepProblem::poke_index(bool to_dst, int64_t b, int64_t value) {
   const int id = to_dst ? dst : src;
   if (id < 0) throw std::logic_error("poke_index: no such index tensor");
@@ -971,6 +976,11 @@ CheckResult RotaryProblem::check() const { return t_.check(describe(c_)); }
 CheckResult RotaryProblem::check_unchanged() const {
   return t_.check(describe(c_) + "\n  expected nothing to be written", true);
 }
+void RotaryProblem::expect_padded(int64_t b) {
+  slots_.live.at(size_t(b)) = false;
+  expect_reference();
+}
+
 void RotaryProblem::poke_index(bool to_dst, int64_t b, int64_t value) {
   const int id = to_dst ? dst : src;
   if (id < 0) throw std::logic_error("poke_index: no such index tensor");

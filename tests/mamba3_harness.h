@@ -165,6 +165,9 @@ class StepProblem {
   // Sets element b of src_index / dst_index in the image and on the device
   // (the expectations are not updated: for validation tests).
   void poke_index(bool dst, int64_t b, int64_t value);
+  // Expects sequence b to be treated as padding from now on (e.g. after a
+  // src index >= S was poked in, which the CUDA backend treats so).
+  void expect_padded(int64_t b);
 
   // Tensor ids (-1: absent).
   int state = -1, prev_B = -1, prev_x = -1, A = -1, dt = -1, trap = -1, B = -1, C = -1, x = -1,
@@ -190,6 +193,7 @@ class RotaryProblem {
   CheckResult check() const;
   CheckResult check_unchanged() const;
   void poke_index(bool dst, int64_t b, int64_t value);
+  void expect_padded(int64_t b);
 
   int angle = -1, rate = -1, dt = -1, q = -1, k = -1, q_bias = -1, k_bias = -1, q_out = -1,
       k_out = -1, src = -1, dst = -1;

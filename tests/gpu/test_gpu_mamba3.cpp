@@ -1,0 +1,265 @@
+// The Mamba-3 step and rotary step on the CUDA backend: the same tables and
+// bodies as the CPU suite (tests/test_mamba3.cpp) in device memory, plus what
+// only the GPU shows: indices beyond the pool treated as padding with the
+// error word set, and how the stored states compare with the CPU backend's.
+//
+// Without a usable GPU the program prints why and exits 77 (meson's skip).
+//
+// Environment:
+//   SSU_TEST_FILTER=<substring>  only cases whose description contains it
+//   SSU_TEST_VERBOSE=1           print every case as it runs
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../../src/cuda/cuda_driver.h"
+#include "mamba3_harness.h"
+
+using namespace ssutest;
+using namespace ssutest::m3;
+using namespace ssu_cuda;
+
+namespace {
+
+ssu_cuda::Driver g_drv;
+ssu_context_t g_cuda = nullptr;
+
+void ok(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
+}
+
+// Device memory of ordinal 0 through the driver API, on the primary context
+// made current on the test's thread.
+class DeviceMemory final : public Memory {
+ public:
+  const char* name() const override { return "cuda"; }
+  void* alloc(size_t bytes) override {
+    CUdeviceptr p = 0;
+    ok(g_drv.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
+  }
+  void free(void* p) override {
+    if (p) g_drv.MemFree(reinterpret_cast<CUdeviceptr>(p));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) ok(g_drv.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes)
+      ok(g_drv.MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+  }
+  void synchronize(ssu_stream_t) override { ok(g_drv.CtxSynchronize(), "cuCtxSynchronize"); }
+};
+
+void report(const SuiteResult& r) {
+  for (const std::string& m : r.failures) FAIL_CHECK(m);
+  CHECK(r.failed == 0);
+  CHECK(r.run > 0);
+}
+
+ssu_context_t cpu_context() {
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CPU;
+  o.num_threads = 1;
+  ssu_context_t ctx = nullptr;
+  REQUIRE(ssu_context_create(&o, &ctx) == SSU_SUCCESS);
+  return ctx;
+}
+
+}  // namespace
+
+TEST_CASE("gpu mamba3: every step case matches the float64 reference") {
+  DeviceMemory mem;
+  report(run_step_table(g_cuda, mem, "gpu"));
+}
+
+TEST_CASE("gpu mamba3: the pooled step equals gather -> dense -> scatter, bit for bit") {
+  DeviceMemory mem;
+  report(run_gather_scatter_table(g_cuda, mem, "gpu"));
+}
+
+TEST_CASE("gpu mamba3: every rotary case matches the float64 reference") {
+  DeviceMemory mem;
+  report(run_rotary_table(g_cuda, mem, "gpu"));
+}
+
+TEST_CASE("gpu mamba3: 2000 steps of rotary + step track the float64 run") {
+  DeviceMemory mem;
+  report(run_chains(g_cuda, mem, "gpu"));
+}
+
+TEST_CASE("gpu mamba3: a serving-sized batch") {
+  DeviceMemory mem;
+  int64_t i = 0;
+  for (ssu_dtype_t st : {SSU_DTYPE_F32, SSU_DTYPE_BF16}) {
+    StepCase c;
+    c.tag = "gpu_large_batch";
+    c.state = st;
+    c.input = SSU_DTYPE_BF16;
+    c.H = 8;
+    c.P = 64;
+    c.N = 128;
+    c.R = i ? 4 : 1;
+    c.batch = 256;
+    c.outproj = true;
+    c.has_z = i == 0;
+    c.dst = Dst::Distinct;
+    c.pad = Pad::Negative;
+    c.seed = 900 + uint64_t(i++);
+    const CheckResult r = run_step_case(g_cuda, mem, c);
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+  RotaryCase rc;
+  rc.tag = "gpu_rotary_large_batch";
+  rc.qk = SSU_DTYPE_BF16;
+  rc.H = 8;
+  rc.N = 128;
+  rc.R = 4;
+  rc.Sa = 32;
+  rc.halved = true;
+  rc.batch = 256;
+  rc.pad = Pad::Negative;
+  rc.seed = 910;
+  const CheckResult r = run_rotary_case(g_cuda, mem, rc);
+  CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("gpu mamba3: a src index beyond the pool is padding and sets the error word") {
+  DeviceMemory mem;
+  for (ssu_dtype_t idx : {SSU_DTYPE_I32, SSU_DTYPE_I64}) {
+    CAPTURE(int(idx));
+    StepCase c;
+    c.tag = "gpu_error_word";
+    c.index = idx;
+    c.R = 2;
+    c.N = 32;
+    c.batch = 3;
+    c.dst = Dst::Distinct;
+    c.seed = 77;
+    StepProblem p(c, mem);
+    ssu_mamba3_step_args_t a = p.args();
+    ssu_plan_t plan = nullptr;
+    REQUIRE(ssu_plan_create_mamba3_step(g_cuda, &a, nullptr, &plan) == SSU_SUCCESS);
+    uint32_t* word = static_cast<uint32_t*>(mem.alloc(4));
+    const uint32_t zero = 0;
+    mem.upload(word, &zero, 4);
+    a.error_word = word;
+    p.poke_index(false, 1, p.slots().S + (idx == SSU_DTYPE_I64 ? (int64_t(1) << 40) : 3));
+    p.expect_padded(1);
+    REQUIRE(ssu_plan_execute_mamba3_step(plan, &a, nullptr) == SSU_SUCCESS);
+    mem.synchronize(nullptr);
+    uint32_t got = 0;
+    mem.download(&got, word, 4);
+    CHECK(got == SSU_ERROR_BIT_INDEX);
+    const CheckResult r = p.check();
+    CHECK_MESSAGE(r.ok, r.message);
+    ssu_plan_destroy(plan);
+
+    RotaryCase rc;
+    rc.tag = "gpu_rotary_error_word";
+    rc.index = idx;
+    rc.seed = 78;
+    RotaryProblem rp(rc, mem);
+    ssu_mamba3_rotary_args_t ra = rp.args();
+    REQUIRE(ssu_plan_create_mamba3_rotary(g_cuda, &ra, nullptr, &plan) == SSU_SUCCESS);
+    mem.upload(word, &zero, 4);
+    ra.error_word = word;
+    rp.poke_index(false, 2, rp.slots().S);
+    rp.expect_padded(2);
+    REQUIRE(ssu_plan_execute_mamba3_rotary(plan, &ra, nullptr) == SSU_SUCCESS);
+    mem.synchronize(nullptr);
+    mem.download(&got, word, 4);
+    CHECK(got == SSU_ERROR_BIT_INDEX);
+    const CheckResult rr = rp.check();
+    CHECK_MESSAGE(rr.ok, rr.message);
+    ssu_plan_destroy(plan);
+    mem.free(word);
+  }
+}
+
+// Both backends form the fp32 state with the same operation sequence, so
+// the stored states are expected to agree bit for bit; reported (not
+// required: the contract bounds each against the reference).
+TEST_CASE("gpu mamba3: stored states compared with the CPU backend") {
+  DeviceMemory dmem;
+  HostMemory hmem;
+  ssu_context_t cpu = cpu_context();
+  int64_t i = 0;
+  for (ssu_dtype_t st : {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16}) {
+    StepCase c;
+    c.tag = "gpu_vs_cpu";
+    c.state = st;
+    c.input = SSU_DTYPE_BF16;
+    c.R = i == 0 ? 1 : i == 1 ? 4 : 8;
+    c.N = 64;
+    c.P = 64;
+    c.dst = Dst::Distinct;
+    c.seed = 950 + uint64_t(i++);
+    StepProblem g(c, dmem), h(c, hmem);
+    const ssu_mamba3_step_args_t ga = g.args(), ha = h.args();
+    ssu_plan_t gp = nullptr, hp = nullptr;
+    REQUIRE(ssu_plan_create_mamba3_step(g_cuda, &ga, nullptr, &gp) == SSU_SUCCESS);
+    REQUIRE(ssu_plan_create_mamba3_step(cpu, &ha, nullptr, &hp) == SSU_SUCCESS);
+    REQUIRE(ssu_plan_execute_mamba3_step(gp, &ga, nullptr) == SSU_SUCCESS);
+    REQUIRE(ssu_plan_execute_mamba3_step(hp, &ha, nullptr) == SSU_SUCCESS);
+    dmem.synchronize(nullptr);
+    const std::vector<uint8_t> gs = g.tensors().fetch(g.state), hs = h.tensors().fetch(h.state);
+    REQUIRE(gs.size() == hs.size());
+    const size_t es = st == SSU_DTYPE_F32 ? 4 : 2;
+    int64_t differ = 0;
+    for (size_t e = 0; e < gs.size(); e += es)
+      if (std::memcmp(&gs[e], &hs[e], es) != 0) ++differ;
+    const CheckResult rg = g.check(), rh = h.check();
+    CHECK_MESSAGE(rg.ok, rg.message);
+    CHECK_MESSAGE(rh.ok, rh.message);
+    if (differ) WARN_MESSAGE(false, describe(c) << ": " << differ << " of " << gs.size() / es
+                                    << " state elements differ from the CPU backend's");
+    std::printf("gpu vs cpu %s: %lld of %zu stored state elements differ\n", describe(c).c_str(),
+                (long long)differ, gs.size() / es);
+    ssu_plan_destroy(gp);
+    ssu_plan_destroy(hp);
+  }
+  ssu_context_destroy(cpu);
+}
+
+int main(int argc, char** argv) {
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CUDA;
+  const ssu_status_t st = ssu_context_create(&o, &g_cuda);
+  if (st == SSU_ERROR_DRIVER_NOT_FOUND || st == SSU_ERROR_NO_DEVICE ||
+      st == SSU_ERROR_BACKEND_UNAVAILABLE || st == SSU_ERROR_DEVICE_UNSUPPORTED) {
+    std::printf("SKIP: no usable CUDA device: %s (%s)\n", ssu_last_error_message(),
+                ssu_status_string(st));
+    return 77;
+  }
+  if (st != SSU_SUCCESS) {
+    std::printf("ssu_context_create(CUDA) failed: %s: %s\n", ssu_status_string(st),
+                ssu_last_error_message());
+    return 1;
+  }
+  std::printf("device: %s\n", ssu_context_device_name(g_cuda));
+  std::string msg;
+  CUresult init = CUDA_SUCCESS;
+  if (ssu_cuda::load_driver(g_drv, &msg, &init) != ssu_cuda::LoadError::none) {
+    std::printf("cannot load the driver for the test's own allocations: %s\n", msg.c_str());
+    return 1;
+  }
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  ok(g_drv.DeviceGet(&dev, 0), "cuDeviceGet");
+  ok(g_drv.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  ok(g_drv.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+
+  doctest::Context dc(argc, argv);
+  const int rc = dc.run();
+  ssu_context_destroy(g_cuda);
+  CUcontext popped = nullptr;
+  g_drv.CtxPopCurrent(&popped);
+  g_drv.DevicePrimaryCtxRelease(dev);
+  return rc;
+}
