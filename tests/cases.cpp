@@ -405,6 +405,33 @@ std::vector<UpdateCase> update_case_table() {
   return cases;
 }
 
+std::vector<UpdateCase> state_bits_case_table() {
+  std::vector<UpdateCase> cases;
+  const std::vector<Mode> ms = modes();
+  uint64_t seed = 7000;
+  int k = 0;
+  for (const Mode& mode : ms)
+    for (int store = 0; store < 6; ++store) {
+      UpdateCase c;
+      c.tag = mode.tag;
+      const ssu_dtype_t st[6] = {F32, F16, BF16, F16, BF16, I16};
+      c.dtypes(st[store], kFloat[k % 3], kFloat[(k / 3) % 3]);
+      c.shape(k % 2 ? 4 : 2, k % 4 == 1 ? 2 : 1, (k % 3) ? 64 : 17, (k % 5) ? 32 : 16);
+      c.batch = 3 + k % 3;
+      c.T = 2 + k % 3;
+      c.index = (k % 2) ? I64 : I32;
+      c.layout = kLayouts[k % 6];
+      c.large_dt = k % 7 == 0;
+      c.seed = seed++;
+      if (store == 3 || store == 4) c.sr(mix(seed) ^ 0xfeedull, uint32_t(k % 3 == 0 ? 0 : 1 + k % 32));
+      mode.set(c);
+      if (c.form == Form::Single) c.T = 1;
+      cases.push_back(c);
+      ++k;
+    }
+  return cases;
+}
+
 std::vector<UpdateCase> odd_size_case_table() {
   std::vector<UpdateCase> cases;
   const std::vector<Mode> ms = modes();

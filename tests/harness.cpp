@@ -840,6 +840,12 @@ void UpdateProblem::set_rounding_seed(uint64_t value) {
   m.seed_value = value;
 }
 
+bool UpdateProblem::has_buffer(const std::string& name) const {
+  for (const auto& b : impl_->buffers)
+    if (b.name == name) return true;
+  return false;
+}
+
 std::vector<uint8_t> UpdateProblem::download(const std::string& name) const {
   for (const auto& b : impl_->buffers)
     if (b.name == name) {

@@ -192,6 +192,7 @@ class UpdateProblem {
   // "intermediate_states", "intermediate_scales", "rounding_seed", ...),
   // guards and gaps included, as they are now in the backend's memory.
   std::vector<uint8_t> download(const std::string& buffer) const;
+  bool has_buffer(const std::string& buffer) const;
   // Pointer to the rounding seed in the backend's memory (NULL if the case
   // is not stochastic).
   uint64_t* rounding_seed_ptr() const;
@@ -227,6 +228,11 @@ CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase
 // seed per case. Covers every form and store mode with every dtype
 // combination, every value of every shape axis, and seeded random mixes.
 std::vector<UpdateCase> update_case_table();
+
+// Every mode of the table with every way of storing a state (f32, f16 and
+// bf16 rounded to nearest, f16 and bf16 stochastically rounded, int16 with
+// scales), model-like values: for comparing the stored bits of two backends.
+std::vector<UpdateCase> state_bits_case_table();
 
 // Sizes that are no power of two or multiple of a tile (N in {1, 7, 17, 100,
 // 255}, P in {1, 3, 17, 65, 130}, H = 3, 5, 6): SPEC.md sets no bound on P or

@@ -84,6 +84,19 @@ TEST_CASE("cpu: sizes that are no multiple of anything") {
   CHECK(failed == 0);
 }
 
+TEST_CASE("cpu: the state-bits table (every mode x every way of storing a state)") {
+  Context two(2);
+  HostMemory mem;
+  const std::vector<UpdateCase> table = state_bits_case_table();
+  int64_t failed = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const CheckResult r = run_update_case(two.ctx, mem, table[i]);
+    if (!r.ok && ++failed <= 10) FAIL_CHECK("state-bits case " << i << " " << r.message);
+  }
+  std::printf("cpu state bits: %zu cases run, %lld failed\n", table.size(), (long long)failed);
+  CHECK(failed == 0);
+}
+
 TEST_CASE("cpu: the case table covers every axis value") {
   const std::vector<UpdateCase> table = update_case_table();
   auto has = [&](auto pred) {

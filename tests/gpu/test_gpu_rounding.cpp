@@ -1,0 +1,265 @@
+// The CUDA and CPU backends store the same state bits: every store mode of
+// the update with every way of storing a state (f32, f16 and bf16 rounded to
+// nearest, f16 and bf16 stochastically rounded, int16 codes and scales) is
+// run on both backends on identical inputs, and the pool, its scales and the
+// intermediate buffers must be bit-identical (outputs are checked against
+// the float64 reference on each side, within tolerance). Then the rounding
+// seed advanced on the device inside a captured CUDA graph: two replays
+// draw different bits, each equal to the CPU's for that seed.
+//
+// Without a usable GPU the program prints why and exits 77 (meson's skip).
+//
+// Environment:
+//   SSU_TEST_FILTER=<substring>  only cases whose description contains it
+//   SSU_TEST_VERBOSE=1           print every case as it runs
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../../src/cuda/cuda_driver.h"
+#include "harness.h"
+
+using namespace ssutest;
+using namespace ssu_cuda;
+
+namespace {
+
+ssu_cuda::Driver g_drv;
+ssu_context_t g_cuda = nullptr;
+ssu_context_t g_cpu = nullptr;
+
+void ok(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
+}
+
+class CudaMemory final : public Memory {
+ public:
+  const char* name() const override { return "cuda"; }
+  void* alloc(size_t bytes) override {
+    CUdeviceptr p = 0;
+    ok(g_drv.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
+  }
+  void free(void* p) override {
+    if (p) g_drv.MemFree(reinterpret_cast<CUdeviceptr>(p));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) ok(g_drv.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes)
+      ok(g_drv.MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
+  }
+  void synchronize(ssu_stream_t) override { ok(g_drv.CtxSynchronize(), "cuCtxSynchronize"); }
+};
+
+const char* const kStateBuffers[] = {"state", "state_scale", "intermediate_states",
+                                     "intermediate_scales"};
+
+// "" if every state buffer of the two problems holds the same bytes, else
+// where the first difference is.
+std::string compare_state_bits(const UpdateProblem& cpu, const UpdateProblem& gpu) {
+  for (const char* name : kStateBuffers) {
+    if (!cpu.has_buffer(name)) continue;
+    const std::vector<uint8_t> a = cpu.download(name), b = gpu.download(name);
+    if (a.size() != b.size()) return std::string(name) + ": sizes differ";
+    const bool scales = std::string(name).find("scale") != std::string::npos;
+    const size_t es = scales || cpu.spec().state == SSU_DTYPE_F32 ? 4 : 2;
+    int shown = 0;
+    std::string msg;
+    int64_t differing = 0;
+    for (size_t i = 0; i + es <= a.size(); i += es) {
+      if (std::memcmp(&a[i], &b[i], es) == 0) continue;
+      ++differing;
+      if (shown++ < 6) {
+        uint32_t va = 0, vb = 0;
+        std::memcpy(&va, &a[i], es);
+        std::memcpy(&vb, &b[i], es);
+        char line[160];
+        std::snprintf(line, sizeof line, "\n    %s byte %zu (element %zu of the buffer, guards "
+                                         "included): cpu 0x%x cuda 0x%x",
+                      name, i, i / es, va, vb);
+        msg += line;
+      }
+    }
+    if (differing) return std::to_string(differing) + " element(s) differ" + msg;
+  }
+  return "";
+}
+
+CheckResult run_on(ssu_context_t ctx, UpdateProblem& p, ssu_stream_t stream, Memory& mem) {
+  const ssu_update_args_t args = p.args();
+  ssu_plan_t plan = nullptr;
+  CheckResult r;
+  ssu_status_t st = ssu_plan_create_update(ctx, &args, nullptr, &plan);
+  if (st == SSU_SUCCESS) {
+    st = ssu_plan_execute_update(plan, &args, stream);
+    mem.synchronize(stream);
+    ssu_plan_destroy(plan);
+  }
+  if (st != SSU_SUCCESS) {
+    r.ok = false;
+    r.message = std::string(ssu_backend_name(ctx == g_cuda ? SSU_BACKEND_CUDA : SSU_BACKEND_CPU)) +
+                ": " + ssu_status_string(st) + ": " + ssu_last_error_message();
+    return r;
+  }
+  return p.check();
+}
+
+}  // namespace
+
+TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype") {
+  CudaMemory dmem;
+  HostMemory hmem;
+  const char* filter = std::getenv("SSU_TEST_FILTER");
+  const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
+  std::vector<UpdateCase> cases = state_bits_case_table();
+  // The exact-value cases of the shared table, where the reference knows
+  // the stored bits too.
+  for (const UpdateCase& c : update_case_table())
+    if (c.exact_values) cases.push_back(c);
+  int failed = 0, run = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const UpdateCase& c = cases[i];
+    const std::string d = describe(c);
+    if (filter && d.find(filter) == std::string::npos) continue;
+    if (verbose) {
+      std::printf("[%zu] %s\n", i, d.c_str());
+      std::fflush(stdout);
+    }
+    ++run;
+    UpdateProblem host(c, hmem), dev(c, dmem);
+    const CheckResult rc = run_on(g_cpu, host, nullptr, hmem);
+    const CheckResult rg = run_on(g_cuda, dev, nullptr, dmem);
+    std::string why;
+    if (!rc.ok) why += "\n  cpu vs reference: " + rc.message;
+    if (!rg.ok) why += "\n  cuda vs reference: " + rg.message;
+    const std::string diff = compare_state_bits(host, dev);
+    if (!diff.empty()) why += "\n  cpu vs cuda state bits: " + diff;
+    if (!why.empty() && ++failed <= 20) FAIL_CHECK("case " << i << ": " << d << why);
+  }
+  std::printf("gpu state bits: %d cases, %d failed\n", run, failed);
+  CHECK(failed == 0);
+}
+
+// update + ssu_advance_seed captured into one graph; two replays from the
+// same initial pool use seeds s and s + 1.
+TEST_CASE("gpu: the seed advanced inside a captured graph; each replay matches the CPU") {
+  CudaMemory dmem;
+  HostMemory hmem;
+  for (ssu_dtype_t st : {SSU_DTYPE_BF16, SSU_DTYPE_F16}) {
+    UpdateCase c;
+    c.multi(3).dtypes(st, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(4, 2, 64, 64);
+    c.store = Store::Intermediate;
+    c.has_dst = true;
+    c.batch = 5;
+    c.pad = Pad::Negative;
+    c.seed = 31337 + uint64_t(st);
+    c.tag = "graph_sr";
+    const uint64_t s0 = 0xfffffffffffffffeull;  // the advance wraps between replays
+    c.sr(s0, 0);
+    CAPTURE(describe(c));
+    UpdateProblem dev(c, dmem), host(c, hmem);
+    const ssu_update_args_t args = dev.args();
+    ssu_plan_t plan = nullptr;
+    REQUIRE_MESSAGE(ssu_plan_create_update(g_cuda, &args, nullptr, &plan) == SSU_SUCCESS,
+                    std::string(ssu_last_error_message()));
+
+    CUstream stream = nullptr;
+    ok(g_drv.StreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    const ssu_stream_t sst = reinterpret_cast<ssu_stream_t>(stream);
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    ok(g_drv.StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    const ssu_status_t e1 = ssu_plan_execute_update(plan, &args, sst);
+    const std::string m1 = ssu_last_error_message();
+    const ssu_status_t e2 = ssu_advance_seed(g_cuda, dev.rounding_seed_ptr(), 1, sst);
+    const std::string m2 = ssu_last_error_message();
+    ok(g_drv.StreamEndCapture(stream, &graph), "cuStreamEndCapture");
+    REQUIRE_MESSAGE(e1 == SSU_SUCCESS, m1);
+    REQUIRE_MESSAGE(e2 == SSU_SUCCESS, m2);
+    ok(g_drv.GraphInstantiate(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+
+    std::vector<std::vector<uint8_t>> replay_state, replay_inter;
+    for (int replay = 0; replay < 2; ++replay) {
+      dev.reset_outputs();  // the same initial pool; the seed stays advanced
+      ok(g_drv.GraphLaunch(exec, stream), "cuGraphLaunch");
+      ok(g_drv.StreamSynchronize(stream), "cuStreamSynchronize");
+      replay_state.push_back(dev.download("state"));
+      replay_inter.push_back(dev.download("intermediate_states"));
+      const CheckResult r = dev.check();  // within tolerance of the reference
+      CHECK_MESSAGE(r.ok, r.message);
+    }
+    std::vector<uint8_t> seed_bytes = dev.download("rounding_seed");
+    uint64_t seed_now = 0;
+    std::memcpy(&seed_now, seed_bytes.data() + 64, 8);  // after the 64-byte guard
+    CHECK(seed_now == s0 + 2);
+    CHECK(replay_state[0] != replay_state[1]);
+    CHECK(replay_inter[0] != replay_inter[1]);
+
+    for (int replay = 0; replay < 2; ++replay) {
+      CAPTURE(replay);
+      host.reset_outputs();
+      host.set_rounding_seed(s0 + uint64_t(replay));
+      const CheckResult r = run_on(g_cpu, host, nullptr, hmem);
+      CHECK_MESSAGE(r.ok, r.message);
+      CHECK(host.download("state") == replay_state[size_t(replay)]);
+      CHECK(host.download("intermediate_states") == replay_inter[size_t(replay)]);
+    }
+    g_drv.GraphExecDestroy(exec);
+    g_drv.GraphDestroy(graph);
+    g_drv.StreamDestroy(stream);
+    ssu_plan_destroy(plan);
+  }
+}
+
+int main(int argc, char** argv) {
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CUDA;
+  const ssu_status_t st = ssu_context_create(&o, &g_cuda);
+  if (st == SSU_ERROR_DRIVER_NOT_FOUND || st == SSU_ERROR_NO_DEVICE ||
+      st == SSU_ERROR_BACKEND_UNAVAILABLE || st == SSU_ERROR_DEVICE_UNSUPPORTED) {
+    std::printf("SKIP: no usable CUDA device: %s (%s)\n", ssu_last_error_message(),
+                ssu_status_string(st));
+    return 77;
+  }
+  if (st != SSU_SUCCESS) {
+    std::printf("ssu_context_create(CUDA) failed: %s: %s\n", ssu_status_string(st),
+                ssu_last_error_message());
+    return 1;
+  }
+  std::printf("device: %s\n", ssu_context_device_name(g_cuda));
+  ssu_context_options_t co = SSU_CONTEXT_OPTIONS_INIT;
+  co.backend = SSU_BACKEND_CPU;
+  co.num_threads = 2;
+  if (ssu_context_create(&co, &g_cpu) != SSU_SUCCESS) {
+    std::printf("ssu_context_create(CPU) failed: %s\n", ssu_last_error_message());
+    return 1;
+  }
+  std::string msg;
+  CUresult init = CUDA_SUCCESS;
+  if (ssu_cuda::load_driver(g_drv, &msg, &init) != ssu_cuda::LoadError::none) {
+    std::printf("cannot load the driver for the test's own allocations: %s\n", msg.c_str());
+    return 1;
+  }
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  ok(g_drv.DeviceGet(&dev, 0), "cuDeviceGet");
+  ok(g_drv.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  ok(g_drv.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+
+  doctest::Context dc(argc, argv);
+  const int rc = dc.run();
+  ssu_context_destroy(g_cpu);
+  ssu_context_destroy(g_cuda);
+  CUcontext popped = nullptr;
+  g_drv.CtxPopCurrent(&popped);
+  g_drv.DevicePrimaryCtxRelease(dev);
+  return rc;
+}
