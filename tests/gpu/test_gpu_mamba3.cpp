@@ -101,14 +101,14 @@ TEST_CASE("gpu mamba3: a serving-sized batch") {
     c.tag = "gpu_large_batch";
     c.state = st;
     c.input = SSU_DTYPE_BF16;
-    c.H = 8;
+    c.H = 4;
     c.P = 64;
     c.N = 128;
     c.R = i ? 4 : 1;
     c.batch = 256;
     c.outproj = true;
     c.has_z = i == 0;
-    c.dst = Dst::Distinct;
+    c.dst = Dst::Same;
     c.pad = Pad::Negative;
     c.seed = 900 + uint64_t(i++);
     const CheckResult r = run_step_case(g_cuda, mem, c);
