@@ -1,4 +1,4 @@
-// Float64 reference of the selective state update (SPEC.md sections 1 and 2).
+// Float64 reference of the selective state update (SPEC.md sections 1 and 2)
 //
 // Written from the specification alone: it shares no code with the library.
 // The caller hands it float64 copies of every input, already rounded to the
@@ -7,6 +7,8 @@
 // returns the expected outputs and the expected contents of the whole state
 // pool and intermediate buffer, each element tagged with how it must be
 // compared (within tolerance, exactly zero, or bit-identical to before).
+// Also the exact stores of sections 4 and 5 (int16 rows, Philox and
+// stochastic rounding), as functions of the fp32 value stored.
 #pragma once
 
 #include <cstdint>
