@@ -13,6 +13,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__) || defined(__i386__)
+#  include <immintrin.h>
+#endif
+
 #include "cpu/convert.h"
 #include "cpu/sequence.h"
 #include "ssu_math.h"
@@ -138,11 +142,79 @@ inline void load_state_row(const float* src, int64_t n, float* dst, float) {
 inline void load_state_row(const f16_t* src, int64_t n, float* dst, float) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
 }
-inline void load_state_row(const bf16_t* src, int64_t n, float* dst, float) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
-}
 inline void load_state_row(const int16_t* src, int64_t n, float* dst, float scale) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+
+// Eight-lane forms of the ssu_math.h stores, lane for lane the same
+// results (integer operations and exact selects; the int16 rounding adds and
+// subtracts 1.5 * 2^23, which rounds |s| <= 32767 half to even exactly as
+// the default rounding mode does).
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef int16_t v8s __attribute__((vector_size(16)));
+
+__attribute__((always_inline)) inline v8u loadu8(const uint32_t* p) {
+  v8u v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// ssu_math::f32_to_bf16_sr on eight lanes.
+__attribute__((always_inline)) inline v8h bf16_sr8(v8f v, v8u rnd) {
+  const v8u u = (v8u)v;
+  const v8u sign = u & 0x80000000u;
+  const v8u mag = u & 0x7fffffffu;
+  v8u m = mag + (rnd & 0xffffu);
+  m = m > 0x7f7fffffu ? v8u{} + 0x7f800000u : m;
+  v8u r = (sign | m) >> 16;
+  r = mag == 0x7f800000u ? u >> 16 : r;
+  r = mag > 0x7f800000u ? (sign | 0x7fc00000u) >> 16 : r;
+  return __builtin_convertvector(r, v8h);
+}
+
+// ssu_math::f32_to_f16_sr on eight lanes.
+__attribute__((always_inline)) inline v8h f16_sr8(v8f v, v8u rnd) {
+  const v8u u = (v8u)v;
+  const v8u sign = (u >> 16) & 0x8000u;
+  const v8u mag = u & 0x7fffffffu;
+  const v8u m = mag + (rnd & 0x1fffu);
+  const v8i e = (v8i)(m >> 23) - (127 - 15);
+  v8u r = sign | ((v8u)e << 10) | ((m >> 13) & 0x3ffu);
+  r = e <= 0 ? sign : r;
+  r = e >= 31 ? sign | 0x7c00u : r;
+  r = mag == 0x7f800000u ? sign | 0x7c00u : r;
+  r = mag > 0x7f800000u ? sign | 0x7e00u : r;
+  return __builtin_convertvector(r, v8h);
+}
+
+// ssu_math::int16_quantize on eight lanes.
+__attribute__((always_inline)) inline v8s quantize8(v8f v, float enc) {
+  v8f s = v * enc;
+  const v8i nan = s != s;
+  s = s < -32767.0f ? v8f{} - 32767.0f : s;
+  s = s > 32767.0f ? v8f{} + 32767.0f : s;
+  const v8f r = (s + ssu_math::kExpShift) - ssu_math::kExpShift;
+  const v8i q = nan ? v8i{} : __builtin_convertvector(r, v8i);
+  return __builtin_convertvector(q, v8s);
+}
+
+// from_float<bf16_t> (round to nearest even, NaN stays quiet) on eight lanes.
+__attribute__((always_inline)) inline v8h bf16_rn8(v8f v) {
+  const v8u u = (v8u)v;
+  v8u r = (u + (0x7fffu + ((u >> 16) & 1u))) >> 16;
+  r = (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r;
+  return __builtin_convertvector(r, v8h);
+}
+
+inline void load_state_row(const bf16_t* src, int64_t n, float* dst, float) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8h h;
+    std::memcpy(&h, src + i, sizeof h);
+    store8(dst + i, (v8f)(__builtin_convertvector(h, v8u) << 16));
+  }
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
 inline void store_state_row(const float* v, int64_t n, float* dst, float*, const uint32_t*) {
@@ -150,7 +222,12 @@ inline void store_state_row(const float* v, int64_t n, float* dst, float*, const
 }
 inline void store_state_row(const float* v, int64_t n, f16_t* dst, float*, const uint32_t* words) {
   if (words) {
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const v8h h = f16_sr8(load8(v + i), loadu8(words + i));
+      std::memcpy(dst + i, &h, sizeof h);
+    }
+    for (; i < n; ++i) {
       const uint16_t bits = ssu_math::f32_to_f16_sr(v[i], words[i]);
       std::memcpy(dst + i, &bits, sizeof bits);
     }
@@ -160,33 +237,132 @@ inline void store_state_row(const float* v, int64_t n, f16_t* dst, float*, const
 }
 inline void store_state_row(const float* v, int64_t n, bf16_t* dst, float*, const uint32_t* words) {
   if (words) {
-    for (int64_t i = 0; i < n; ++i) dst[i].bits = ssu_math::f32_to_bf16_sr(v[i], words[i]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const v8h h = bf16_sr8(load8(v + i), loadu8(words + i));
+      std::memcpy(dst + i, &h, sizeof h);
+    }
+    for (; i < n; ++i) dst[i].bits = ssu_math::f32_to_bf16_sr(v[i], words[i]);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = from_float<bf16_t>(v[i]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const v8h h = bf16_rn8(load8(v + i));
+      std::memcpy(dst + i, &h, sizeof h);
+    }
+    for (; i < n; ++i) dst[i] = from_float<bf16_t>(v[i]);
   }
 }
-// int16: codes and the row's decode scale (ssu_state_pool_t).
+// int16: codes and the row's decode scale (ssu_state_pool_t). The row
+// maximum does not depend on the order (NaN wins), so lanes may split it.
 inline void store_state_row(const float* v, int64_t n, int16_t* dst, float* scale,
                             const uint32_t*) {
   float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
+  int64_t i = 0;
+  if (n >= 8) {
+    v8f am{};
+    for (; i + 8 <= n; i += 8) {
+      const v8f x = load8(v + i);
+      const v8f a = x < 0.0f ? -x : x;
+      am = (a > am || a != a) ? a : am;
+    }
+    for (int l = 0; l < 8; ++l) amax = ssu_math::int16_amax_step(amax, am[l]);
+  }
+  for (; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
   const float enc = ssu_math::int16_encode_factor(amax);
-  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int16_quantize(v[i], enc);
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const v8s q = quantize8(load8(v + i), enc);
+    std::memcpy(dst + i, &q, sizeof q);
+  }
+  for (; i < n; ++i) dst[i] = ssu_math::int16_quantize(v[i], enc);
   *scale = 1.0f / enc;
 }
 
-// The random words of `n` consecutive pool elements starting at offset L0:
-// word (L mod 4) of Philox(seed, L - L mod 4), one generator call per
-// aligned group of four.
-inline void fill_sr_words(uint64_t seed, uint32_t rounds, uint64_t L0, int64_t n,
-                          uint32_t* words) {
-  uint64_t L = L0;
-  int64_t i = 0;
-  while (i < n) {
-    const ssu_math::u32x4 r = ssu_math::philox4x32(seed, L & ~uint64_t{3}, rounds);
-    for (uint32_t j = static_cast<uint32_t>(L & 3); j < 4 && i < n; ++j, ++i, ++L)
-      words[i] = r.v[j];
+// Philox-4x32 (ssu_math::philox4x32) for eight counters at once: both
+// halves of the 32x32-bit products come from the even/odd widening
+// multiplies (pmuludq). (Plain 64-bit vector multiplies by a constant would
+// be strength-reduced into long shift-and-add chains.)
+__attribute__((always_inline)) inline void mulhilo8(uint32_t a, v8u b, v8u* hi, v8u* lo) {
+#if defined(__AVX2__)
+  const __m256i av = _mm256_set1_epi32(static_cast<int>(a));
+  const __m256i bv = (__m256i)b;
+  const __m256i even = _mm256_mul_epu32(bv, av);
+  const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(bv, 32), av);
+  *hi = (v8u)_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
+  *lo = (v8u)_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xaa);
+#elif defined(__SSE2__)
+  const __m128i av = _mm_set1_epi32(static_cast<int>(a));
+  const __m128i mask = _mm_set1_epi64x(static_cast<long long>(0xffffffff00000000ull));
+  __m128i h[2], l[2];
+  std::memcpy(h, &b, sizeof h);
+  for (int k = 0; k < 2; ++k) {
+    const __m128i even = _mm_mul_epu32(h[k], av);
+    const __m128i odd = _mm_mul_epu32(_mm_srli_epi64(h[k], 32), av);
+    l[k] = _mm_or_si128(_mm_andnot_si128(mask, even), _mm_slli_epi64(odd, 32));
+    h[k] = _mm_or_si128(_mm_srli_epi64(even, 32), _mm_and_si128(odd, mask));
   }
+  std::memcpy(hi, h, sizeof h);
+  std::memcpy(lo, l, sizeof l);
+#else
+  for (int k = 0; k < 8; ++k) (*hi)[k] = ssu_math::mulhi32(a, b[k]);
+  *lo = b * a;
+#endif
+}
+
+// The random words of the pool elements at offsets [L0, L0 + n): word
+// (L mod 4) of Philox(seed, L - L mod 4). One generator call per aligned
+// group of four, eight groups at a time. Returns where the word of L0 lies
+// in `raw`, which holds n + 3 rounded up to 32 words.
+inline const uint32_t* fill_sr_words(uint64_t seed, uint32_t rounds, uint64_t L0, int64_t n,
+                                     uint32_t* raw) {
+  const uint64_t base = L0 & ~uint64_t{3};
+  const int64_t groups = (static_cast<int64_t>(L0 - base) + n + 3) / 4;
+  const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int64_t g0 = 0; g0 < groups; g0 += 8) {
+    v8u c0, c1, c2 = v8u{}, c3 = v8u{};
+    for (int l = 0; l < 8; ++l) {
+      const uint64_t ctr = base + 4 * static_cast<uint64_t>(g0 + l);
+      c0[l] = static_cast<uint32_t>(ctr);
+      c1[l] = static_cast<uint32_t>(ctr >> 32);
+    }
+    uint32_t r0 = k0, r1 = k1;
+    for (uint32_t i = 0; i < rounds; ++i) {
+      v8u hi0, lo0, hi2, lo2;
+      mulhilo8(0xD2511F53u, c0, &hi0, &lo0);
+      mulhilo8(0xCD9E8D57u, c2, &hi2, &lo2);
+      c0 = hi2 ^ c1 ^ r0;
+      c1 = lo2;
+      c2 = hi0 ^ c3 ^ r1;
+      c3 = lo0;
+      r0 += 0x9E3779B9u;
+      r1 += 0xBB67AE85u;
+    }
+    uint32_t* out = raw + 4 * g0;
+#if defined(__AVX2__)
+    // 4 x 8 transpose: out[4 l + j] = cj[l].
+    const __m256i a01 = _mm256_unpacklo_epi32((__m256i)c0, (__m256i)c1);  // groups 0,1 | 4,5
+    const __m256i b01 = _mm256_unpackhi_epi32((__m256i)c0, (__m256i)c1);  // groups 2,3 | 6,7
+    const __m256i a23 = _mm256_unpacklo_epi32((__m256i)c2, (__m256i)c3);
+    const __m256i b23 = _mm256_unpackhi_epi32((__m256i)c2, (__m256i)c3);
+    const __m256i g04 = _mm256_unpacklo_epi64(a01, a23);  // group 0 | group 4
+    const __m256i g15 = _mm256_unpackhi_epi64(a01, a23);
+    const __m256i g26 = _mm256_unpacklo_epi64(b01, b23);
+    const __m256i g37 = _mm256_unpackhi_epi64(b01, b23);
+    __m256i* o = reinterpret_cast<__m256i*>(out);
+    _mm256_storeu_si256(o + 0, _mm256_permute2x128_si256(g04, g15, 0x20));
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(g26, g37, 0x20));
+    _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(g04, g15, 0x31));
+    _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(g26, g37, 0x31));
+#else
+    for (int l = 0; l < 8; ++l) {
+      out[4 * l + 0] = c0[l];
+      out[4 * l + 1] = c1[l];
+      out[4 * l + 2] = c2[l];
+      out[4 * l + 3] = c3[l];
+    }
+#endif
+  }
+  return raw + (L0 - base);
 }
 
 template <typename S>
@@ -208,7 +384,8 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
   float dummy_scale = 0.0f;  // the scale target of unscaled dtypes (never read)
 
   alignas(64) float tile[kTileFloats];
-  alignas(64) uint32_t words[kTileFloats];  // stochastic rounding: one word per tile element
+  // Stochastic rounding: the random words of the tile's elements.
+  alignas(64) uint32_t sr_raw[kTileFloats + 64];
   alignas(64) float Bf[kMaxDstate], Cf[kMaxDstate], Af[kMaxDstate];
   alignas(64) float xr[kMaxRows], zr[kMaxRows], yr[kMaxRows], dtr[kMaxRows], dAr[kMaxRows];
 
@@ -244,15 +421,13 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
 
     // Every store of this call uses the random words of the source
     // elements; they are drawn once, at the first store.
-    bool words_ready = false;
+    const uint32_t* words = nullptr;
     auto row_words = [&](int64_t r) -> const uint32_t* {
       if (!stochastic) return nullptr;
-      if (!words_ready) {
-        fill_sr_words(seed, p.sr_rounds,
-                      static_cast<uint64_t>(s.src * p.state_stride_slot + row_off), rows * N,
-                      words);
-        words_ready = true;
-      }
+      if (!words)
+        words = fill_sr_words(seed, p.sr_rounds,
+                              static_cast<uint64_t>(s.src * p.state_stride_slot + row_off),
+                              rows * N, sr_raw);
       return words + r * N;
     };
     // Stores row r of the tile to a state slot (pool) or an intermediate entry.
