@@ -1,4 +1,4 @@
-// Float64 reference of the selective state update (SPEC.md sections 1 and 2)
+// Float64 reference of the selective state update (SPEC.md sections 1 and 2).
 //
 // Written from the specification alone: it shares no code with the library.
 // The caller hands it float64 copies of every input, already rounded to the
