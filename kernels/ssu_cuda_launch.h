@@ -40,6 +40,8 @@ typedef struct ssu_cuda_update_launch {
   int32_t off_D;   /* D, f32 [rows]                                       */
   int32_t off_A;   /* per-channel A, f32 [rows][N]                        */
   int32_t off_dst; /* per-token store slot, int64 [T] (-1: none)          */
+  int32_t off_scale; /* int16 states: the tile's decode scales, f32 [rows] */
+  int32_t reserved0;
 } ssu_cuda_update_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

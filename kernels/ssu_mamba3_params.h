@@ -81,6 +81,11 @@ typedef struct ssu_mamba3_params {
   int64_t dst_stride;
 
   uint32_t* error_word;
+
+  /* A launch choice of the CUDA backend, not part of the problem (the core
+   * leaves it 0): 1 = copy the head's state tile into shared memory first. */
+  int32_t cuda_stage_state;
+  int32_t reserved1;
 } ssu_mamba3_params;
 
 /* ssu_rotary_params.features */

@@ -125,22 +125,51 @@ SSU_HD uint32_t mulhi32(uint32_t a, uint32_t b) {
 #endif
 }
 
+// One round. Each multiply is one 32x32 -> 64-bit product (a single wide
+// multiply on the GPU) giving both the high and the low word.
+SSU_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0,
+                         uint32_t k1) {
+  const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+  const uint64_t p2 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+  const uint32_t n0 = static_cast<uint32_t>(p2 >> 32) ^ c1 ^ k0;
+  const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+  c1 = static_cast<uint32_t>(p2);
+  c3 = static_cast<uint32_t>(p0);
+  c0 = n0;
+  c2 = n2;
+}
+
 SSU_HD u32x4 philox4x32(uint64_t seed, uint64_t counter, uint32_t rounds) {
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
   uint32_t c2 = 0, c3 = 0;
   for (uint32_t i = 0; i < rounds; ++i) {
-    const uint32_t n0 = mulhi32(0xCD9E8D57u, c2) ^ c1 ^ k0;
-    const uint32_t n2 = mulhi32(0xD2511F53u, c0) ^ c3 ^ k1;
-    const uint32_t n1 = 0xCD9E8D57u * c2;
-    const uint32_t n3 = 0xD2511F53u * c0;
-    c0 = n0;
-    c1 = n1;
-    c2 = n2;
-    c3 = n3;
+    philox_round(c0, c1, c2, c3, k0, k1);
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
+  u32x4 r;
+  r.v[0] = c0;
+  r.v[1] = c1;
+  r.v[2] = c2;
+  r.v[3] = c3;
+  return r;
+}
+
+// The same with a compile-time round count, fully unrolled: the key
+// schedule is then independent of the counter (hoisted out of loops that
+// draw many words) and the zero initial c2, c3 fold away.
+template <int ROUNDS>
+SSU_HD u32x4 philox4x32_fixed(uint64_t seed, uint64_t counter) {
+  const uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = 0, c3 = 0;
+#if defined(__CUDA_ARCH__)
+#  pragma unroll
+#endif
+  for (int i = 0; i < ROUNDS; ++i)
+    philox_round(c0, c1, c2, c3, k0 + static_cast<uint32_t>(i) * 0x9E3779B9u,
+                 k1 + static_cast<uint32_t>(i) * 0xBB67AE85u);
   u32x4 r;
   r.v[0] = c0;
   r.v[1] = c1;

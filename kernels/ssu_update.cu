@@ -127,7 +127,10 @@ __device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStor
       // Four elements per Philox call, the words in order.
 #pragma unroll
       for (int q = 0; q < VEC; q += 4) {
-        const ssu_math::u32x4 r = ssu_math::philox4x32(rs.seed, rs.L0 + q, rs.rounds);
+        // The default round count gets the unrolled generator.
+        const ssu_math::u32x4 r = rs.rounds == 10
+                                      ? ssu_math::philox4x32_fixed<10>(rs.seed, rs.L0 + q)
+                                      : ssu_math::philox4x32(rs.seed, rs.L0 + q, rs.rounds);
 #pragma unroll
         for (int j = 0; j < 4; ++j) bits[q + j] = sr_bits<T>(v[q + j], r.v[j]);
       }
@@ -150,24 +153,24 @@ __device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStor
   }
 }
 
-// Stores one lane's chunk of a row: one 16-byte streaming store in the
-// vectorized kernels; element stores (at most `left`) in the general ones.
-template <typename T, int VEC, bool SR>
-__device__ __forceinline__ void store_row_chunk_as(T* dst, const float* v, int left,
-                                                   const RowStore& rs) {
+// One lane's chunk of a row, encoded once and stored to one or two places
+// (a per-token store and an intermediate-buffer store share the bits).
+template <typename T, int VEC>
+union Chunk {
+  uint4 u;
+  T e[VEC];
+};
+
+// Stores an encoded chunk: one 16-byte streaming store in the vectorized
+// kernels; element stores (at most `left`) in the general ones.
+template <typename T, int VEC>
+__device__ __forceinline__ void store_encoded(T* dst, const Chunk<T, VEC>& c, int left) {
   if constexpr (VEC * sizeof(T) == 16) {
-    union {
-      uint4 u;
-      T e[VEC];
-    } c;
-    encode_chunk<T, VEC, SR>(c.e, v, rs);
     __stcs(reinterpret_cast<uint4*>(dst), c.u);
   } else {
-    T e[VEC];
-    encode_chunk<T, VEC, SR>(e, v, rs);
 #pragma unroll
     for (int i = 0; i < VEC; ++i)
-      if (i < left) dst[i] = e[i];
+      if (i < left) dst[i] = c.e[i];
   }
 }
 
@@ -285,6 +288,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   float* const s_D = reinterpret_cast<float*>(smem + L.off_D);
   float* const s_A = reinterpret_cast<float*>(smem + L.off_A);
   long long* const s_dst = reinterpret_cast<long long*>(smem + L.off_dst);
+  float* const s_scale = reinterpret_cast<float*>(smem + L.off_scale);
 
   // Everything the rows need is requested at once (state through cp.async,
   // the rest through plain loads), so one round trip covers them all.
@@ -356,6 +360,10 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
         if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
         s_dt[i] = dt;
       }
+    }
+    if (QUANT) {
+      const float* sc = p.state_scale + s0 * p.state_scale_stride_slot + h * P + r0;
+      for (int r = tid; r < rows; r += SSU_CUDA_THREADS) s_scale[r] = __ldg(sc + r);
     }
     for (int r = tid; r < rows; r += SSU_CUDA_THREADS)
       s_D[r] = (f & SSU_F_HAS_D)
@@ -458,8 +466,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
     const int lr = rv ? lr_raw : 0;
     const int row = r0 + lr;
     float hs[E];
-    const float row_scale =
-        QUANT ? __ldg(p.state_scale + s0 * p.state_scale_stride_slot + scale_head + row) : 1.f;
+    const float row_scale = QUANT ? s_scale[lr] : 1.f;
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
       const int n0 = (lane_r + k * lpr) * VEC;
@@ -568,8 +575,10 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
             const int n0 = (lane_r + k * lpr) * VEC;
             if (n0 >= N) continue;
             if (SR) rs.L0 = s0 * p.state_stride_slot + head_off + (int64_t)row * N + n0;
-            if (dstp) store_row_chunk_as<ST, VEC, SR>(dstp + n0, &hs[k * VEC], N - n0, rs);
-            if (intp) store_row_chunk_as<ST, VEC, SR>(intp + n0, &hs[k * VEC], N - n0, rs);
+            Chunk<ST, VEC> c;
+            encode_chunk<ST, VEC, SR>(c.e, &hs[k * VEC], rs);
+            if (dstp) store_encoded<ST, VEC>(dstp + n0, c, N - n0);
+            if (intp) store_encoded<ST, VEC>(intp + n0, c, N - n0);
           }
           if (QUANT && lane_r == 0) {
             const float dec = 1.0f / rs.enc;
@@ -590,8 +599,9 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
           const int n0 = (lane_r + k * lpr) * VEC;
           if (n0 >= N) continue;
           if (SR) rs.L0 = s0 * p.state_stride_slot + head_off + (int64_t)row * N + n0;
-          store_row_chunk_as<ST, VEC, SR>(final_base + (int64_t)row * N + n0, &hs[k * VEC],
-                                          N - n0, rs);
+          Chunk<ST, VEC> c;
+          encode_chunk<ST, VEC, SR>(c.e, &hs[k * VEC], rs);
+          store_encoded<ST, VEC>(final_base + (int64_t)row * N + n0, c, N - n0);
         }
         if (QUANT && lane_r == 0)
           p.state_scale[final_slot * p.state_scale_stride_slot + scale_head + row] = 1.0f / rs.enc;
@@ -627,8 +637,8 @@ SSU_KERNELS_FOR(f32, float, false, , 8, 6)
 SSU_KERNELS_FOR(f16, f16, false, , 8, 6)
 SSU_KERNELS_FOR(bf16, bf16, false, , 8, 6)
 SSU_KERNELS_FOR(i16, int16_t, false, , 5, 4)
-SSU_KERNELS_FOR(f16, f16, true, _sr, 6, 4)
-SSU_KERNELS_FOR(bf16, bf16, true, _sr, 6, 4)
+SSU_KERNELS_FOR(f16, f16, true, _sr, 4, 4)
+SSU_KERNELS_FOR(bf16, bf16, true, _sr, 4, 4)
 // f32 rows longer than 128 elements need two 16-byte chunks per lane.
 SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true, false, 8)
 SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true, false, 8)

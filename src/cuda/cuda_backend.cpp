@@ -104,6 +104,8 @@ int64_t shared_layout(const ssu_update_params& p, bool state_tile, int rows,
   L->off_D = put(int64_t(rows) * 4);
   L->off_A = put((f & SSU_F_A_PER_CHANNEL) ? rows * N * 4 : 0);
   L->off_dst = put(T * 8);
+  L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
+  L->reserved0 = 0;
   return o;
 }
 
@@ -224,9 +226,14 @@ class CudaBackend final : public Backend {
       fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
            static_cast<long long>(blocks));
     ssu_mamba3_params copy = p;
+    // Stage the head's state through shared memory (all of it in flight at
+    // once) when the tile is small enough to keep several blocks per SM.
+    const int64_t tile = m3_state_tile_bytes(p);
+    const int64_t staged = m3_smem_bytes(p) + tile;
+    copy.cuda_stage_state = tile <= kM3MaxStagedTile && staged <= max_smem_ ? 1 : 0;
     void* args[] = {&copy};
     launch(m3_fn_[si][v], static_cast<unsigned>(blocks), kM3Threads,
-           static_cast<unsigned>(m3_smem_bytes(p)), stream, args);
+           static_cast<unsigned>(copy.cuda_stage_state ? staged : m3_smem_bytes(p)), stream, args);
   }
 
   ssu_algorithm_t plan_mamba3_rotary(const ssu_rotary_params& p,
@@ -393,8 +400,12 @@ class CudaBackend final : public Backend {
   // Shared memory of one step block: B, prev_B, C [R][N] and four [R][P]
   // per-row tables (fp32), plus a few partial sums.
   static int64_t m3_smem_bytes(const ssu_mamba3_params& p) {
-    return (3 * p.rank * p.dstate + 4 * p.rank * p.dim + 8) * 4;
+    return ((3 * p.rank * p.dstate + 4 * p.rank * p.dim + 8 + 3) & ~int64_t(3)) * 4;
   }
+  static int64_t m3_state_tile_bytes(const ssu_mamba3_params& p) {
+    return p.dim * p.dstate * (p.state_dtype == SSU_DTYPE_F32 ? 4 : 2);
+  }
+  static constexpr int64_t kM3MaxStagedTile = 64 * 1024;
 
   static ssu_algorithm_t simple_algorithm(ssu_algorithm_t requested) {
     if (requested == SSU_ALGORITHM_AUTO || requested == SSU_ALGORITHM_CUDA_SIMPLE)
