@@ -28,6 +28,7 @@
 #define M3_THREADS 128
 #define M3_UNROLL 4
 #define M3_VC 4
+#define M3_STAGE 4
 
 namespace {
 
@@ -223,40 +224,70 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
   const float beta = ((1.0f - trap) * dt) * alpha;
   const float D = (f & SSU_M3_HAS_D) ? ld(p.D, p.D_dtype, h * p.D_stride_h) : 0.f;
 
-  // Stage B, prev_B, C (fp32).
+  // Stage B, prev_B, C (fp32) and the per-row tables. Loads are issued
+  // M3_STAGE iterations at a time before any of them is used, so the
+  // staging costs a few round trips, not one per iteration.
   const int32_t it = p.input_dtype;
-  for (int i = tid; i < RN; i += M3_THREADS) {
-    const int r = i / N, n = i - r * N;
-    s.B[i] = ld(p.B, it, b * p.B_stride_b + r * p.B_stride_r + h * p.B_stride_h + n);
-    s.C[i] = ld(p.C, it, b * p.C_stride_b + r * p.C_stride_r + h * p.C_stride_h + n);
-    s.Bp[i] = ld(p.prev_B, it,
-                 src * p.prev_B_stride_slot + r * p.prev_B_stride_r + h * p.prev_B_stride_h + n);
-  }
-  // Per-row scalars.
-  for (int i = tid; i < RP; i += M3_THREADS) {
-    const int r = i / P, pp = i - r * P;
-    const float x = ld(p.x, it, b * p.x_stride_b + h * p.x_stride_h + pp);
-    const float xp = ld(p.prev_x, it, src * p.prev_x_stride_slot + h * p.prev_x_stride_h + pp);
-    const float xpj =
-        ld(p.xproj, p.xproj_dtype, r * p.xproj_stride_r + h * p.xproj_stride_h + pp * p.xproj_stride_p);
-    s.xg[i] = xpj * (gamma * x);
-    s.xb[i] = xpj * (beta * xp);
-    const float e = (D * x) * xpj;
-    if (outproj) {
-      float w = ld(p.outproj, p.outproj_dtype,
-                   r * p.outproj_stride_r + h * p.outproj_stride_h + pp * p.outproj_stride_p);
-      if (f & SSU_M3_HAS_Z) {
-        const float z = ld(p.z, it, b * p.z_stride_b + h * p.z_stride_h + pp);
-        const float zp = ld(p.zproj, p.zproj_dtype,
-                            r * p.zproj_stride_r + h * p.zproj_stride_h + pp * p.zproj_stride_p);
-        const float v = z * zp;
-        w = w * (v / (1.0f + expf(-v)));
+  for (int i0 = tid; i0 < RN; i0 += M3_STAGE * M3_THREADS) {
+    float vb[M3_STAGE], vc[M3_STAGE], vp[M3_STAGE];
+#pragma unroll
+    for (int u = 0; u < M3_STAGE; ++u) {
+      const int i = i0 + u * M3_THREADS;
+      if (i < RN) {
+        const int r = i / N, n = i - r * N;
+        vb[u] = ld(p.B, it, b * p.B_stride_b + r * p.B_stride_r + h * p.B_stride_h + n);
+        vc[u] = ld(p.C, it, b * p.C_stride_b + r * p.C_stride_r + h * p.C_stride_h + n);
+        vp[u] = ld(p.prev_B, it,
+                   src * p.prev_B_stride_slot + r * p.prev_B_stride_r + h * p.prev_B_stride_h + n);
       }
-      s.w[i] = w;
-      s.e[i] = w * e;
-    } else {
-      s.w[i] = 1.f;
-      s.e[i] = e;
+    }
+#pragma unroll
+    for (int u = 0; u < M3_STAGE; ++u) {
+      const int i = i0 + u * M3_THREADS;
+      if (i < RN) {
+        s.B[i] = vb[u];
+        s.C[i] = vc[u];
+        s.Bp[i] = vp[u];
+      }
+    }
+  }
+  const bool has_z = f & SSU_M3_HAS_Z;
+  for (int i0 = tid; i0 < RP; i0 += M3_STAGE * M3_THREADS) {
+    float vx[M3_STAGE], vxp[M3_STAGE], vj[M3_STAGE], vw[M3_STAGE], vz[M3_STAGE], vzp[M3_STAGE];
+#pragma unroll
+    for (int u = 0; u < M3_STAGE; ++u) {
+      const int i = i0 + u * M3_THREADS;
+      if (i < RP) {
+        const int r = i / P, pp = i - r * P;
+        vx[u] = ld(p.x, it, b * p.x_stride_b + h * p.x_stride_h + pp);
+        vxp[u] = ld(p.prev_x, it, src * p.prev_x_stride_slot + h * p.prev_x_stride_h + pp);
+        vj[u] = ld(p.xproj, p.xproj_dtype,
+                   r * p.xproj_stride_r + h * p.xproj_stride_h + pp * p.xproj_stride_p);
+        vw[u] = outproj ? ld(p.outproj, p.outproj_dtype,
+                             r * p.outproj_stride_r + h * p.outproj_stride_h + pp * p.outproj_stride_p)
+                        : 1.f;
+        vz[u] = has_z ? ld(p.z, it, b * p.z_stride_b + h * p.z_stride_h + pp) : 0.f;
+        vzp[u] = has_z ? ld(p.zproj, p.zproj_dtype,
+                            r * p.zproj_stride_r + h * p.zproj_stride_h + pp * p.zproj_stride_p)
+                       : 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < M3_STAGE; ++u) {
+      const int i = i0 + u * M3_THREADS;
+      if (i < RP) {
+        const float x = vx[u], xpj = vj[u];
+        s.xg[i] = xpj * (gamma * x);
+        s.xb[i] = xpj * (beta * vxp[u]);
+        const float e = (D * x) * xpj;
+        float w = vw[u];
+        if (has_z) {
+          const float v = vz[u] * vzp[u];
+          w = w * (v / (1.0f + expf(-v)));
+        }
+        s.w[i] = w;
+        s.e[i] = outproj ? w * e : e;
+      }
     }
   }
   if (staged) asm volatile("cp.async.wait_all;\n" ::: "memory");

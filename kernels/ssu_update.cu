@@ -37,8 +37,12 @@ using f16 = __half;
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
-// int16 codes: the row's decode scale is applied by the caller.
-__device__ __forceinline__ float to_f32(int16_t v) { return static_cast<float>(v); }
+// int16 codes: the row's decode scale is applied by the caller. Exact
+// integer-to-float through the mantissa of 1.5 * 2^23 (two fast
+// instructions instead of one on the slow conversion pipe).
+__device__ __forceinline__ float to_f32(int16_t v) {
+  return __int_as_float(0x4B400000 + static_cast<int>(v)) - 12582912.0f;
+}
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
