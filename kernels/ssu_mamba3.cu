@@ -197,10 +197,18 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
   SD* const s_state = reinterpret_cast<SD*>(sm + ((3 * RN + 4 * RP + 8 + 3) & ~3));
   const bool staged = p.cuda_stage_state && (reinterpret_cast<uintptr_t>(src_head) & 15) == 0;
   if (staged) {
+    // Two groups: rows [0, P/2) and the rest.
     const int chunks = static_cast<int>(int64_t(P) * N * sizeof(SD) / 16);
+    const int half = static_cast<int>(int64_t(P / 2) * N * sizeof(SD) / 16);
     const char* g = reinterpret_cast<const char*>(src_head);
     char* d = reinterpret_cast<char*>(s_state);
-    for (int c = tid; c < chunks; c += M3_THREADS) {
+    for (int c = tid; c < half; c += M3_THREADS) {
+      const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(d + 16 * c));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g + 16 * c)
+                   : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    for (int c = half + tid; c < chunks; c += M3_THREADS) {
       const unsigned sa = static_cast<unsigned>(__cvta_generic_to_shared(d + 16 * c));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(g + 16 * c)
                    : "memory");
@@ -290,7 +298,7 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
       }
     }
   }
-  if (staged) asm volatile("cp.async.wait_all;\n" ::: "memory");
+  if (staged) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
   __syncthreads();
 
   const int lpr = N / M3_VC;            // lanes per row (power of two, 4..64)
@@ -314,89 +322,115 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
 
   const int passes = (P + rows_per_pass - 1) / rows_per_pass;
   float* const red = s.e + RP;  // [M3_THREADS / 32] partial sums for lpr == 64
-  for (int pass0 = 0; pass0 < passes; pass0 += M3_UNROLL) {
-    float hv[M3_UNROLL][M3_VC];
+
+  // One row's chunk: update, store, readout. Every thread of the block calls
+  // it for the same pass (the readout of N = 256 synchronizes the block).
+  auto row_step = [&](float* hh, int row) {
+    const bool rv = row < P;
+    const int pr = rv ? row : 0;
 #pragma unroll
-    for (int u = 0; u < M3_UNROLL; ++u) {
-      const int row = (pass0 + u) * rows_per_pass + row_in_pass;
-      if (pass0 + u < passes && row < P) {
-        if (staged) {
-          IO::load_shared(s_state + int64_t(row) * N + n0, hv[u]);
-        } else if (vec) {
-          IO::load(src_head + int64_t(row) * N + n0, hv[u]);
-        } else {
+    for (int v = 0; v < M3_VC; ++v) hh[v] = alpha * hh[v];
+    for (int r = 0; r < R; ++r) {
+      const float xg = s.xg[r * P + pr], xb = s.xb[r * P + pr];
 #pragma unroll
-          for (int v = 0; v < M3_VC; ++v) hv[u][v] = IO::cvt(src_head[int64_t(row) * N + n0 + v]);
-        }
+      for (int v = 0; v < M3_VC; ++v) {
+        const float bb = RR > 0 ? bv[RR > 0 ? r : 0][v] : s.B[r * N + n0 + v];
+        const float bp = RR > 0 ? bpv[RR > 0 ? r : 0][v] : s.Bp[r * N + n0 + v];
+        hh[v] = fmaf(xg, bb, hh[v]);
+        hh[v] = fmaf(xb, bp, hh[v]);
       }
     }
+    if (rv && dst_head) {
+      if (vec) {
+        IO::store(dst_head + int64_t(row) * N + n0, hh);
+      } else {
 #pragma unroll
-    for (int u = 0; u < M3_UNROLL; ++u) {
-      if (pass0 + u >= passes) break;  // block-uniform
-      const int row = (pass0 + u) * rows_per_pass + row_in_pass;
-      const bool rv = row < P;
-      const int pr = rv ? row : 0;
-      float* hh = hv[u];
-#pragma unroll
-      for (int v = 0; v < M3_VC; ++v) hh[v] = alpha * hh[v];
-      for (int r = 0; r < R; ++r) {
-        const float xg = s.xg[r * P + pr], xb = s.xb[r * P + pr];
+        for (int v = 0; v < M3_VC; ++v) dst_head[int64_t(row) * N + n0 + v] = IO::back(hh[v]);
+      }
+    }
+
+    // Readout.
+    const int nsum = outproj ? 1 : R;
+    for (int r = 0; r < nsum; ++r) {
+      float acc = 0.f;
+      if (outproj) {
 #pragma unroll
         for (int v = 0; v < M3_VC; ++v) {
-          const float bb = RR > 0 ? bv[RR > 0 ? r : 0][v] : s.B[r * N + n0 + v];
-          const float bp = RR > 0 ? bpv[RR > 0 ? r : 0][v] : s.Bp[r * N + n0 + v];
-          hh[v] = hh[v] + xg * bb;
-          hh[v] = hh[v] + xb * bp;
+          float c = 0.f;
+          for (int q = 0; q < R; ++q) {
+            const float cc = RR > 0 ? cv[RR > 0 ? q : 0][v] : s.C[q * N + n0 + v];
+            c = fmaf(s.w[q * P + pr], cc, c);
+          }
+          acc = fmaf(hh[v], c, acc);
         }
-      }
-      if (rv && dst_head) {
-        if (vec) {
-          IO::store(dst_head + int64_t(row) * N + n0, hh);
-        } else {
+      } else {
 #pragma unroll
-          for (int v = 0; v < M3_VC; ++v) dst_head[int64_t(row) * N + n0 + v] = IO::back(hh[v]);
+        for (int v = 0; v < M3_VC; ++v) {
+          const float cc = RR > 0 ? cv[RR > 0 ? r : 0][v] : s.C[r * N + n0 + v];
+          acc = fmaf(hh[v], cc, acc);
         }
       }
-
-      // Readout.
-      const int nsum = outproj ? 1 : R;
-      for (int r = 0; r < nsum; ++r) {
-        float acc = 0.f;
+      const int width = lpr < 32 ? lpr : 32;
+      for (int off = width >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (lpr > 32) {  // N = 256: a row spans two warps
+        __syncthreads();
+        if ((tid & 31) == 0) red[tid >> 5] = acc;
+        __syncthreads();
+        acc = red[(tid >> 5) & ~1] + red[((tid >> 5) & ~1) + 1];
+      }
+      if (rv && lane == 0) {
+        float y = acc;
         if (outproj) {
-#pragma unroll
-          for (int v = 0; v < M3_VC; ++v) {
-            float c = 0.f;
-            for (int q = 0; q < R; ++q) {
-              const float cc = RR > 0 ? cv[RR > 0 ? q : 0][v] : s.C[q * N + n0 + v];
-              c = fmaf(s.w[q * P + pr], cc, c);
-            }
-            acc = fmaf(hh[v], c, acc);
-          }
+          for (int q = 0; q < R; ++q) y += s.e[q * P + pr];
         } else {
+          y += s.e[r * P + pr];
+        }
+        st(p.out, it, b * p.out_stride_b + r * p.out_stride_r + h * p.out_stride_h + row, y);
+      }
+    }
+  };
+
+  if (staged) {
+    // The tile arrived in two cp.async groups; rows of the first half are
+    // processed while the second half is still in flight.
+    const int half_pass = (P / 2) / rows_per_pass;
+    for (int pass = 0; pass < passes; ++pass) {
+      if (pass == half_pass) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        __syncthreads();
+      }
+      const int row = pass * rows_per_pass + row_in_pass;
+      float hh[M3_VC];
+      if (row < P) {
+        IO::load_shared(s_state + int64_t(row) * N + n0, hh);
+      } else {
 #pragma unroll
-          for (int v = 0; v < M3_VC; ++v) {
-            const float cc = RR > 0 ? cv[RR > 0 ? r : 0][v] : s.C[r * N + n0 + v];
-            acc = fmaf(hh[v], cc, acc);
-          }
-        }
-        const int width = lpr < 32 ? lpr : 32;
-        for (int off = width >> 1; off > 0; off >>= 1)
-          acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lpr > 32) {  // N = 256: a row spans two warps
-          __syncthreads();
-          if ((tid & 31) == 0) red[tid >> 5] = acc;
-          __syncthreads();
-          acc = red[(tid >> 5) & ~1] + red[((tid >> 5) & ~1) + 1];
-        }
-        if (rv && lane == 0) {
-          float y = acc;
-          if (outproj) {
-            for (int q = 0; q < R; ++q) y += s.e[q * P + pr];
+        for (int v = 0; v < M3_VC; ++v) hh[v] = 0.f;
+      }
+      row_step(hh, row);
+    }
+  } else {
+    // Straight from global memory, M3_UNROLL passes' loads in flight.
+    for (int pass0 = 0; pass0 < passes; pass0 += M3_UNROLL) {
+      float hv[M3_UNROLL][M3_VC];
+#pragma unroll
+      for (int u = 0; u < M3_UNROLL; ++u) {
+        const int row = (pass0 + u) * rows_per_pass + row_in_pass;
+#pragma unroll
+        for (int v = 0; v < M3_VC; ++v) hv[u][v] = 0.f;
+        if (pass0 + u < passes && row < P) {
+          if (vec) {
+            IO::load(src_head + int64_t(row) * N + n0, hv[u]);
           } else {
-            y += s.e[r * P + pr];
+#pragma unroll
+            for (int v = 0; v < M3_VC; ++v) hv[u][v] = IO::cvt(src_head[int64_t(row) * N + n0 + v]);
           }
-          st(p.out, it, b * p.out_stride_b + r * p.out_stride_r + h * p.out_stride_h + row, y);
         }
+      }
+#pragma unroll
+      for (int u = 0; u < M3_UNROLL; ++u) {
+        if (pass0 + u >= passes) break;  // block-uniform
+        row_step(hv[u], (pass0 + u) * rows_per_pass + row_in_pass);
       }
     }
   }
