@@ -10,9 +10,14 @@
 // Step geometry: one block of M3_THREADS threads per (sequence, head). A row
 // of N state elements is spread over LPR = N / VC lanes (VC = 4 columns per
 // lane: one 16-byte f32 access), so a pass covers M3_THREADS / LPR rows; the
-// block walks all P rows in passes, M3_UNROLL passes' loads in flight at
-// once. The block owns the whole head, so it can overwrite prev_B[dst, :, h]
-// after every row has read prev_B[src, :, h] (they may be the same slot).
+// block walks all P rows in passes. While the per-row operands are staged,
+// the head's whole state tile (up to 64 KiB) is copied into shared memory
+// with cp.async in two halves; the first half's rows are processed while the
+// second half is in flight. Larger tiles are read straight from global
+// memory. The block owns the whole head, so it can overwrite
+// prev_B[dst, :, h] after every row has read prev_B[src, :, h] (they may be
+// the same slot). The state step uses fused multiply-adds: the Mamba-3
+// state is held to the reference's tolerance, not to the CPU's bits.
 //
 // Readout: with outproj, out[p] = sum_n H'[p,n] * c[p,n] + e[p] where
 // c[p,n] = sum_r w_r[p] C[r,n], w_r[p] = outproj[r,p] * silu(z[p] zproj[r,p])
@@ -26,7 +31,6 @@
 #include "ssu_math.h"
 
 #define M3_THREADS 128
-#define M3_UNROLL 4
 #define M3_VC 4
 #define M3_STAGE 4
 
@@ -323,116 +327,102 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
   const int passes = (P + rows_per_pass - 1) / rows_per_pass;
   float* const red = s.e + RP;  // [M3_THREADS / 32] partial sums for lpr == 64
 
-  // One row's chunk: update, store, readout. Every thread of the block calls
-  // it for the same pass (the readout of N = 256 synchronizes the block).
-  auto row_step = [&](float* hh, int row) {
-    const bool rv = row < P;
-    const int pr = rv ? row : 0;
-#pragma unroll
-    for (int v = 0; v < M3_VC; ++v) hh[v] = alpha * hh[v];
-    for (int r = 0; r < R; ++r) {
-      const float xg = s.xg[r * P + pr], xb = s.xb[r * P + pr];
-#pragma unroll
-      for (int v = 0; v < M3_VC; ++v) {
-        const float bb = RR > 0 ? bv[RR > 0 ? r : 0][v] : s.B[r * N + n0 + v];
-        const float bp = RR > 0 ? bpv[RR > 0 ? r : 0][v] : s.Bp[r * N + n0 + v];
-        hh[v] = fmaf(xg, bb, hh[v]);
-        hh[v] = fmaf(xb, bp, hh[v]);
-      }
+  // One pass: every thread takes one row's chunk of VC columns (the state
+  // comes from the staged tile, else straight from global memory), updates
+  // it, stores it and reads out. All threads run every pass together (the
+  // readout of N = 256 synchronizes the block). One code path, so the
+  // chunk stays in registers.
+  const int half_pass = (P / 2) / rows_per_pass;
+  for (int pass = 0; pass < passes; ++pass) {
+    if (staged && pass == half_pass) {
+      // The tile arrived in two cp.async groups: the first half's rows were
+      // processed while the second half was still in flight.
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      __syncthreads();
     }
-    if (rv && dst_head) {
-      if (vec) {
-        IO::store(dst_head + int64_t(row) * N + n0, hh);
-      } else {
+    const int row = pass * rows_per_pass + row_in_pass;
+    float hh[M3_VC];
 #pragma unroll
-        for (int v = 0; v < M3_VC; ++v) dst_head[int64_t(row) * N + n0 + v] = IO::back(hh[v]);
-      }
-    }
-
-    // Readout.
-    const int nsum = outproj ? 1 : R;
-    for (int r = 0; r < nsum; ++r) {
-      float acc = 0.f;
-      if (outproj) {
-#pragma unroll
-        for (int v = 0; v < M3_VC; ++v) {
-          float c = 0.f;
-          for (int q = 0; q < R; ++q) {
-            const float cc = RR > 0 ? cv[RR > 0 ? q : 0][v] : s.C[q * N + n0 + v];
-            c = fmaf(s.w[q * P + pr], cc, c);
-          }
-          acc = fmaf(hh[v], c, acc);
-        }
-      } else {
-#pragma unroll
-        for (int v = 0; v < M3_VC; ++v) {
-          const float cc = RR > 0 ? cv[RR > 0 ? r : 0][v] : s.C[r * N + n0 + v];
-          acc = fmaf(hh[v], cc, acc);
-        }
-      }
-      const int width = lpr < 32 ? lpr : 32;
-      for (int off = width >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (lpr > 32) {  // N = 256: a row spans two warps
-        __syncthreads();
-        if ((tid & 31) == 0) red[tid >> 5] = acc;
-        __syncthreads();
-        acc = red[(tid >> 5) & ~1] + red[((tid >> 5) & ~1) + 1];
-      }
-      if (rv && lane == 0) {
-        float y = acc;
-        if (outproj) {
-          for (int q = 0; q < R; ++q) y += s.e[q * P + pr];
-        } else {
-          y += s.e[r * P + pr];
-        }
-        st(p.out, it, b * p.out_stride_b + r * p.out_stride_r + h * p.out_stride_h + row, y);
-      }
-    }
-  };
-
-  if (staged) {
-    // The tile arrived in two cp.async groups; rows of the first half are
-    // processed while the second half is still in flight.
-    const int half_pass = (P / 2) / rows_per_pass;
-    for (int pass = 0; pass < passes; ++pass) {
-      if (pass == half_pass) {
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
-        __syncthreads();
-      }
-      const int row = pass * rows_per_pass + row_in_pass;
-      float hh[M3_VC];
-      if (row < P) {
+    for (int v = 0; v < M3_VC; ++v) hh[v] = 0.f;
+    if (row < P) {
+      if (staged) {
         IO::load_shared(s_state + int64_t(row) * N + n0, hh);
+      } else if (vec) {
+        IO::load(src_head + int64_t(row) * N + n0, hh);
       } else {
 #pragma unroll
-        for (int v = 0; v < M3_VC; ++v) hh[v] = 0.f;
+        for (int v = 0; v < M3_VC; ++v) hh[v] = IO::cvt(src_head[int64_t(row) * N + n0 + v]);
       }
-      row_step(hh, row);
     }
-  } else {
-    // Straight from global memory, M3_UNROLL passes' loads in flight.
-    for (int pass0 = 0; pass0 < passes; pass0 += M3_UNROLL) {
-      float hv[M3_UNROLL][M3_VC];
+      const bool rv = row < P;
+      const int pr = rv ? row : 0;
+  #pragma unroll
+      for (int v = 0; v < M3_VC; ++v) hh[v] = alpha * hh[v];
+    // Constant trip counts when RR > 0: fully unrolled, so the per-lane
+    // operand arrays stay in registers.
 #pragma unroll
-      for (int u = 0; u < M3_UNROLL; ++u) {
-        const int row = (pass0 + u) * rows_per_pass + row_in_pass;
-#pragma unroll
-        for (int v = 0; v < M3_VC; ++v) hv[u][v] = 0.f;
-        if (pass0 + u < passes && row < P) {
-          if (vec) {
-            IO::load(src_head + int64_t(row) * N + n0, hv[u]);
-          } else {
-#pragma unroll
-            for (int v = 0; v < M3_VC; ++v) hv[u][v] = IO::cvt(src_head[int64_t(row) * N + n0 + v]);
-          }
+      for (int r = 0; r < R; ++r) {
+        const float xg = s.xg[r * P + pr], xb = s.xb[r * P + pr];
+  #pragma unroll
+        for (int v = 0; v < M3_VC; ++v) {
+          const float bb = RR > 0 ? bv[RR > 0 ? r : 0][v] : s.B[r * N + n0 + v];
+          const float bp = RR > 0 ? bpv[RR > 0 ? r : 0][v] : s.Bp[r * N + n0 + v];
+          hh[v] = fmaf(xg, bb, hh[v]);
+          hh[v] = fmaf(xb, bp, hh[v]);
         }
       }
-#pragma unroll
-      for (int u = 0; u < M3_UNROLL; ++u) {
-        if (pass0 + u >= passes) break;  // block-uniform
-        row_step(hv[u], (pass0 + u) * rows_per_pass + row_in_pass);
+      if (rv && dst_head) {
+        if (vec) {
+          IO::store(dst_head + int64_t(row) * N + n0, hh);
+        } else {
+  #pragma unroll
+          for (int v = 0; v < M3_VC; ++v) dst_head[int64_t(row) * N + n0 + v] = IO::back(hh[v]);
+        }
       }
-    }
+
+      // Readout.
+      const int nsum = outproj ? 1 : R;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= nsum) break;  // block-uniform
+        float acc = 0.f;
+        if (outproj) {
+  #pragma unroll
+          for (int v = 0; v < M3_VC; ++v) {
+            float c = 0.f;
+#pragma unroll
+            for (int q = 0; q < R; ++q) {
+              const float cc = RR > 0 ? cv[RR > 0 ? q : 0][v] : s.C[q * N + n0 + v];
+              c = fmaf(s.w[q * P + pr], cc, c);
+            }
+            acc = fmaf(hh[v], c, acc);
+          }
+        } else {
+  #pragma unroll
+          for (int v = 0; v < M3_VC; ++v) {
+            const float cc = RR > 0 ? cv[RR > 0 ? r : 0][v] : s.C[r * N + n0 + v];
+            acc = fmaf(hh[v], cc, acc);
+          }
+        }
+        const int width = lpr < 32 ? lpr : 32;
+        for (int off = width >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (lpr > 32) {  // N = 256: a row spans two warps
+          __syncthreads();
+          if ((tid & 31) == 0) red[tid >> 5] = acc;
+          __syncthreads();
+          acc = red[(tid >> 5) & ~1] + red[((tid >> 5) & ~1) + 1];
+        }
+        if (rv && lane == 0) {
+          float y = acc;
+          if (outproj) {
+#pragma unroll
+            for (int q = 0; q < R; ++q) y += s.e[q * P + pr];
+          } else {
+            y += s.e[r * P + pr];
+          }
+          st(p.out, it, b * p.out_stride_b + r * p.out_stride_r + h * p.out_stride_h + row, y);
+        }
+      }
   }
 
   if ((f & SSU_M3_UPDATE_PREV) && dst >= 0) {
