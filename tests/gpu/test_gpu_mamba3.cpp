@@ -182,9 +182,11 @@ TEST_CASE("gpu mamba3: a src index beyond the pool is padding and sets the error
   }
 }
 
-// Both backends form the fp32 state with the same operation sequence, so
-// the stored states are expected to agree bit for bit; reported (not
-// required: the contract bounds each against the reference).
+// The CUDA step fuses its rank updates (fmaf) where the CPU rounds the
+// multiply and the add separately, so a few stored elements may differ in
+// the last bit; the difference is reported, not required to be zero: the
+// contract bounds each backend against the reference. (The selective state
+// update, unlike the Mamba-3 step, stores identical bits on both backends.)
 TEST_CASE("gpu mamba3: stored states compared with the CPU backend") {
   DeviceMemory dmem;
   HostMemory hmem;
