@@ -135,6 +135,12 @@ struct StateIO16 {
   }
 };
 
+// Four consecutive fp32 values of shared memory (16-byte aligned).
+__device__ __forceinline__ void lds4(const float* p, float* v) {
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+}
+
 struct StepSmem {
   float* B;   // [R][N]  this step's B
   float* Bp;  // [R][N]  prev_B of the src slot
@@ -312,15 +318,16 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
   const int row_in_pass = tid / lpr;
   // Lanes of one row are consecutive; a row spans at most one warp when
   // lpr <= 32, else two warps combined through shared memory.
-  float bv[RR > 0 ? RR : 1][M3_VC], bpv[RR > 0 ? RR : 1][M3_VC], cv[RR > 0 ? RR : 1][M3_VC];
+  // This step's B for the lane's columns stays in registers (R <= 4);
+  // prev_B and C are read from shared memory as 16-byte vectors, which keeps
+  // the kernel at fewer registers (more resident blocks).
+  float bv[RR > 0 ? RR : 1][M3_VC];
   if constexpr (RR > 0) {
 #pragma unroll
     for (int r = 0; r < RR; ++r)
 #pragma unroll
       for (int v = 0; v < M3_VC; ++v) {
         bv[r][v] = s.B[r * N + n0 + v];
-        bpv[r][v] = s.Bp[r * N + n0 + v];
-        cv[r][v] = s.C[r * N + n0 + v];
       }
   }
 
@@ -363,10 +370,13 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const float xg = s.xg[r * P + pr], xb = s.xb[r * P + pr];
+        float bp4[M3_VC], b4[M3_VC];
+        lds4(s.Bp + r * N + n0, bp4);
+        if (RR == 0) lds4(s.B + r * N + n0, b4);
   #pragma unroll
         for (int v = 0; v < M3_VC; ++v) {
-          const float bb = RR > 0 ? bv[RR > 0 ? r : 0][v] : s.B[r * N + n0 + v];
-          const float bp = RR > 0 ? bpv[RR > 0 ? r : 0][v] : s.Bp[r * N + n0 + v];
+          const float bb = RR > 0 ? bv[RR > 0 ? r : 0][v] : b4[v];
+          const float bp = bp4[v];
           hh[v] = fmaf(xg, bb, hh[v]);
           hh[v] = fmaf(xb, bp, hh[v]);
         }
@@ -388,21 +398,23 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
         float acc = 0.f;
         if (outproj) {
   #pragma unroll
-          for (int v = 0; v < M3_VC; ++v) {
-            float c = 0.f;
+          float c[M3_VC] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int q = 0; q < R; ++q) {
-              const float cc = RR > 0 ? cv[RR > 0 ? q : 0][v] : s.C[q * N + n0 + v];
-              c = fmaf(s.w[q * P + pr], cc, c);
-            }
-            acc = fmaf(hh[v], c, acc);
+          for (int q = 0; q < R; ++q) {
+            float c4[M3_VC];
+            lds4(s.C + q * N + n0, c4);
+            const float wq = s.w[q * P + pr];
+#pragma unroll
+            for (int v = 0; v < M3_VC; ++v) c[v] = fmaf(wq, c4[v], c[v]);
           }
+#pragma unroll
+          for (int v = 0; v < M3_VC; ++v) acc = fmaf(hh[v], c[v], acc);
         } else {
   #pragma unroll
-          for (int v = 0; v < M3_VC; ++v) {
-            const float cc = RR > 0 ? cv[RR > 0 ? r : 0][v] : s.C[r * N + n0 + v];
-            acc = fmaf(hh[v], cc, acc);
-          }
+          float c4[M3_VC];
+          lds4(s.C + r * N + n0, c4);
+#pragma unroll
+          for (int v = 0; v < M3_VC; ++v) acc = fmaf(hh[v], c4[v], acc);
         }
         const int width = lpr < 32 ? lpr : 32;
         for (int off = width >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
