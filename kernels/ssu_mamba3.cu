@@ -1,7 +1,8 @@
 // The Mamba-3 decode step and rotary step, served straight from the slot
 // pools (no gather / scatter). Entry points:
-//   ssu_mamba3_step_<state>_r<R>   R = 1, 2, 4: B, prev_B and C of the lane's
-//                                  columns kept in registers across rows
+//   ssu_mamba3_step_<state>_r<R>   R = 1, 2, 4: B of the lane's columns kept
+//                                  in registers across rows, prev_B and C
+//                                  read from shared memory
 //   ssu_mamba3_step_<state>_rn     any R: operands read from shared memory
 //   ssu_mamba3_rotary
 // Inputs other than the state are staged once per block as fp32 in shared
