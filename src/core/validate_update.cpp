@@ -8,9 +8,12 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/tensor_checks.h"
 
 namespace ssu {
 namespace {
+
+using namespace checks;
 
 // The first released layouts (0.1): a caller's struct_size may not be
 // smaller. Fields appended later read as zero when the caller's struct ends
@@ -18,78 +21,6 @@ namespace {
 constexpr uint32_t kMinArgsSize = offsetof(ssu_update_args_t, intermediate_scales);
 constexpr uint32_t kMinPoolSize = offsetof(ssu_state_pool_t, prev_B);
 constexpr uint32_t kKnownFlags = SSU_UPDATE_DT_SOFTPLUS | SSU_UPDATE_DISABLE_STATE_UPDATE;
-
-bool present(const ssu_tensor_t& t) { return t.data != nullptr; }
-
-bool is_float(ssu_dtype_t d) {
-  return d == SSU_DTYPE_F32 || d == SSU_DTYPE_F16 || d == SSU_DTYPE_BF16;
-}
-bool is_index(ssu_dtype_t d) { return d == SSU_DTYPE_I32 || d == SSU_DTYPE_I64; }
-
-std::string shape_str(const ssu_tensor_t& t) {
-  std::string s = "(";
-  for (int i = 0; i < t.ndim && i < SSU_MAX_DIMS; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(t.shape[i]);
-  }
-  return s + ")";
-}
-
-// Structural checks every tensor gets: a sane rank, non-negative sizes and
-// strides. Returns the rank.
-int check_basic(const ssu_tensor_t& t, const char* name) {
-  if (t.ndim < 1 || t.ndim > SSU_MAX_DIMS)
-    fail(SSU_ERROR_BAD_RANK, "%s.ndim=%d is outside [1, %d]", name, t.ndim, SSU_MAX_DIMS);
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] < 0)
-      fail(SSU_ERROR_BAD_SHAPE, "%s.shape[%d]=%" PRId64 " is negative", name, i, t.shape[i]);
-    if (t.strides[i] < 0)
-      fail(SSU_ERROR_BAD_STRIDE, "%s.strides[%d]=%" PRId64 " is negative (strides must be >= 0)",
-           name, i, t.strides[i]);
-  }
-  return t.ndim;
-}
-
-void require(const ssu_tensor_t& t, const char* name) {
-  if (!present(t)) fail(SSU_ERROR_NULL_POINTER, "%s.data is NULL but %s is required", name, name);
-}
-
-void check_rank(const ssu_tensor_t& t, const char* name, int want, const char* layout) {
-  check_basic(t, name);
-  if (t.ndim != want)
-    fail(SSU_ERROR_BAD_RANK, "%s.ndim=%d but it must be %d: %s", name, t.ndim, want, layout);
-}
-
-void check_dim(const ssu_tensor_t& t, const char* name, int axis, int64_t want, const char* what) {
-  if (t.shape[axis] != want)
-    fail(SSU_ERROR_BAD_SHAPE, "%s.shape[%d]=%" PRId64 " but %s is %" PRId64 " (%s.shape=%s)", name,
-         axis, t.shape[axis], what, want, name, shape_str(t).c_str());
-}
-
-void check_float_dtype(const ssu_tensor_t& t, const char* name) {
-  if (!is_float(t.dtype))
-    fail(SSU_ERROR_BAD_DTYPE, "%s.dtype=%s but it must be f32, bf16 or f16", name,
-         ssu_dtype_name(t.dtype));
-}
-
-void check_index_dtype(const ssu_tensor_t& t, const char* name) {
-  if (!is_index(t.dtype))
-    fail(SSU_ERROR_BAD_DTYPE, "%s.dtype=%s but it must be i32 or i64", name,
-         ssu_dtype_name(t.dtype));
-}
-
-void check_same_dtype(const ssu_tensor_t& t, const char* name, ssu_dtype_t want,
-                      const char* ref_name) {
-  if (t.dtype != want)
-    fail(SSU_ERROR_DTYPE_MISMATCH, "%s.dtype=%s but %s.dtype=%s; they must match", name,
-         ssu_dtype_name(t.dtype), ref_name, ssu_dtype_name(want));
-}
-
-void check_unit_stride(const ssu_tensor_t& t, const char* name, int axis) {
-  if (t.shape[axis] > 1 && t.strides[axis] != 1)
-    fail(SSU_ERROR_BAD_STRIDE, "%s.strides[%d]=%" PRId64 " but its last axis must be dense (stride 1)",
-         name, axis, t.strides[axis]);
-}
 
 // The call's form and the leading ("token row") axes every per-token
 // tensor starts with: (Bt) single, (Bt, T) multi, (TT) varlen.
