@@ -18,43 +18,17 @@
 #include <vector>
 
 #include "../../src/cuda/cuda_driver.h"
+#include "gpu_main.h"
 #include "mamba3_harness.h"
 
 using namespace ssutest;
 using namespace ssutest::m3;
 using namespace ssu_cuda;
+using namespace ssutest::gpu;
 
 namespace {
 
-ssu_cuda::Driver g_drv;
-ssu_context_t g_cuda = nullptr;
-
-void ok(CUresult r, const char* call) {
-  if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
-}
-
-// Device memory of ordinal 0 through the driver API, on the primary context
-// made current on the test's thread.
-class DeviceMemory final : public Memory {
- public:
-  const char* name() const override { return "cuda"; }
-  void* alloc(size_t bytes) override {
-    CUdeviceptr p = 0;
-    ok(g_drv.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
-    return reinterpret_cast<void*>(p);
-  }
-  void free(void* p) override {
-    if (p) g_drv.MemFree(reinterpret_cast<CUdeviceptr>(p));
-  }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    if (bytes) ok(g_drv.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    if (bytes)
-      ok(g_drv.MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
-  }
-  void synchronize(ssu_stream_t) override { ok(g_drv.CtxSynchronize(), "cuCtxSynchronize"); }
-};
+using DeviceMemory = CudaMemory;
 
 void report(const SuiteResult& r) {
   for (const std::string& m : r.failures) FAIL_CHECK(m);
@@ -229,39 +203,4 @@ TEST_CASE("gpu mamba3: stored states compared with the CPU backend") {
   ssu_context_destroy(cpu);
 }
 
-int main(int argc, char** argv) {
-  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
-  o.backend = SSU_BACKEND_CUDA;
-  const ssu_status_t st = ssu_context_create(&o, &g_cuda);
-  if (st == SSU_ERROR_DRIVER_NOT_FOUND || st == SSU_ERROR_NO_DEVICE ||
-      st == SSU_ERROR_BACKEND_UNAVAILABLE || st == SSU_ERROR_DEVICE_UNSUPPORTED) {
-    std::printf("SKIP: no usable CUDA device: %s (%s)\n", ssu_last_error_message(),
-                ssu_status_string(st));
-    return 77;
-  }
-  if (st != SSU_SUCCESS) {
-    std::printf("ssu_context_create(CUDA) failed: %s: %s\n", ssu_status_string(st),
-                ssu_last_error_message());
-    return 1;
-  }
-  std::printf("device: %s\n", ssu_context_device_name(g_cuda));
-  std::string msg;
-  CUresult init = CUDA_SUCCESS;
-  if (ssu_cuda::load_driver(g_drv, &msg, &init) != ssu_cuda::LoadError::none) {
-    std::printf("cannot load the driver for the test's own allocations: %s\n", msg.c_str());
-    return 1;
-  }
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  ok(g_drv.DeviceGet(&dev, 0), "cuDeviceGet");
-  ok(g_drv.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  ok(g_drv.CtxPushCurrent(ctx), "cuCtxPushCurrent");
-
-  doctest::Context dc(argc, argv);
-  const int rc = dc.run();
-  ssu_context_destroy(g_cuda);
-  CUcontext popped = nullptr;
-  g_drv.CtxPopCurrent(&popped);
-  g_drv.DevicePrimaryCtxRelease(dev);
-  return rc;
-}
+int main(int argc, char** argv) { return run_gpu_tests(argc, argv); }

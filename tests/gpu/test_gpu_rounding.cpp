@@ -23,41 +23,16 @@
 #include <vector>
 
 #include "../../src/cuda/cuda_driver.h"
+#include "gpu_main.h"
 #include "harness.h"
 
 using namespace ssutest;
 using namespace ssu_cuda;
+using namespace ssutest::gpu;
 
 namespace {
 
-ssu_cuda::Driver g_drv;
-ssu_context_t g_cuda = nullptr;
 ssu_context_t g_cpu = nullptr;
-
-void ok(CUresult r, const char* call) {
-  if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
-}
-
-class CudaMemory final : public Memory {
- public:
-  const char* name() const override { return "cuda"; }
-  void* alloc(size_t bytes) override {
-    CUdeviceptr p = 0;
-    ok(g_drv.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
-    return reinterpret_cast<void*>(p);
-  }
-  void free(void* p) override {
-    if (p) g_drv.MemFree(reinterpret_cast<CUdeviceptr>(p));
-  }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    if (bytes) ok(g_drv.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    if (bytes)
-      ok(g_drv.MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
-  }
-  void synchronize(ssu_stream_t) override { ok(g_drv.CtxSynchronize(), "cuCtxSynchronize"); }
-};
 
 const char* const kStateBuffers[] = {"state", "state_scale", "intermediate_states",
                                      "intermediate_scales"};
@@ -223,46 +198,16 @@ TEST_CASE("gpu: the seed advanced inside a captured graph; each replay matches t
 }
 
 int main(int argc, char** argv) {
-  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
-  o.backend = SSU_BACKEND_CUDA;
-  const ssu_status_t st = ssu_context_create(&o, &g_cuda);
-  if (st == SSU_ERROR_DRIVER_NOT_FOUND || st == SSU_ERROR_NO_DEVICE ||
-      st == SSU_ERROR_BACKEND_UNAVAILABLE || st == SSU_ERROR_DEVICE_UNSUPPORTED) {
-    std::printf("SKIP: no usable CUDA device: %s (%s)\n", ssu_last_error_message(),
-                ssu_status_string(st));
-    return 77;
-  }
-  if (st != SSU_SUCCESS) {
-    std::printf("ssu_context_create(CUDA) failed: %s: %s\n", ssu_status_string(st),
-                ssu_last_error_message());
-    return 1;
-  }
-  std::printf("device: %s\n", ssu_context_device_name(g_cuda));
-  ssu_context_options_t co = SSU_CONTEXT_OPTIONS_INIT;
-  co.backend = SSU_BACKEND_CPU;
-  co.num_threads = 2;
-  if (ssu_context_create(&co, &g_cpu) != SSU_SUCCESS) {
-    std::printf("ssu_context_create(CPU) failed: %s\n", ssu_last_error_message());
-    return 1;
-  }
-  std::string msg;
-  CUresult init = CUDA_SUCCESS;
-  if (ssu_cuda::load_driver(g_drv, &msg, &init) != ssu_cuda::LoadError::none) {
-    std::printf("cannot load the driver for the test's own allocations: %s\n", msg.c_str());
-    return 1;
-  }
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  ok(g_drv.DeviceGet(&dev, 0), "cuDeviceGet");
-  ok(g_drv.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  ok(g_drv.CtxPushCurrent(ctx), "cuCtxPushCurrent");
-
-  doctest::Context dc(argc, argv);
-  const int rc = dc.run();
-  ssu_context_destroy(g_cpu);
-  ssu_context_destroy(g_cuda);
-  CUcontext popped = nullptr;
-  g_drv.CtxPopCurrent(&popped);
-  g_drv.DevicePrimaryCtxRelease(dev);
-  return rc;
+  // The CPU context every comparison runs against.
+  const auto setup = []() -> int {
+    ssu_context_options_t co = SSU_CONTEXT_OPTIONS_INIT;
+    co.backend = SSU_BACKEND_CPU;
+    co.num_threads = 2;
+    if (ssu_context_create(&co, &g_cpu) != SSU_SUCCESS) {
+      std::printf("ssu_context_create(CPU) failed: %s\n", ssu_last_error_message());
+      return 1;
+    }
+    return 0;
+  };
+  return run_gpu_tests(argc, argv, setup, [] { ssu_context_destroy(g_cpu); });
 }

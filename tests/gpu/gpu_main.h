@@ -1,0 +1,101 @@
+// What every GPU test program shares: the driver table for the test's own
+// device allocations, device memory behind the harness's Memory interface,
+// and a main() body that skips (exit 77) without a usable CUDA device.
+// Include after <doctest/doctest.h> (with DOCTEST_CONFIG_IMPLEMENT).
+#pragma once
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "../../src/cuda/cuda_driver.h"
+#include "harness.h"
+#include "ssu.h"
+
+namespace ssutest {
+namespace gpu {
+
+inline ssu_cuda::Driver g_drv;
+// The CUDA context under test, created before any other CUDA work (the graph
+// tests rely on nothing being loaded lazily afterwards).
+inline ssu_context_t g_cuda = nullptr;
+
+inline void ok(ssu_cuda::CUresult r, const char* call) {
+  if (r != ssu_cuda::CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
+}
+
+// Device memory of ordinal 0 through the driver API; the primary context is
+// current on the test's thread (see run_gpu_tests).
+class CudaMemory final : public Memory {
+ public:
+  const char* name() const override { return "cuda"; }
+  void* alloc(size_t bytes) override {
+    ssu_cuda::CUdeviceptr p = 0;
+    ok(g_drv.MemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    return reinterpret_cast<void*>(p);
+  }
+  void free(void* p) override {
+    if (p) g_drv.MemFree(reinterpret_cast<ssu_cuda::CUdeviceptr>(p));
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes)
+      ok(g_drv.MemcpyHtoD(reinterpret_cast<ssu_cuda::CUdeviceptr>(dst), src, bytes),
+         "cuMemcpyHtoD");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes)
+      ok(g_drv.MemcpyDtoH(dst, reinterpret_cast<ssu_cuda::CUdeviceptr>(src), bytes),
+         "cuMemcpyDtoH");
+  }
+  void synchronize(ssu_stream_t) override { ok(g_drv.CtxSynchronize(), "cuCtxSynchronize"); }
+};
+
+// The body of a GPU test program's main(): creates g_cuda (exit 77 when no
+// usable device), runs `setup` (non-zero return: exit with it), makes the
+// device's primary context current for the test's own allocations, runs the
+// doctest cases, then `teardown` and cleanup.
+inline int run_gpu_tests(int argc, char** argv, int (*setup)() = nullptr,
+                         void (*teardown)() = nullptr) {
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CUDA;
+  const ssu_status_t st = ssu_context_create(&o, &g_cuda);
+  if (st == SSU_ERROR_DRIVER_NOT_FOUND || st == SSU_ERROR_NO_DEVICE ||
+      st == SSU_ERROR_BACKEND_UNAVAILABLE || st == SSU_ERROR_DEVICE_UNSUPPORTED) {
+    std::printf("SKIP: no usable CUDA device: %s (%s)\n", ssu_last_error_message(),
+                ssu_status_string(st));
+    return 77;
+  }
+  if (st != SSU_SUCCESS) {
+    std::printf("ssu_context_create(CUDA) failed: %s: %s\n", ssu_status_string(st),
+                ssu_last_error_message());
+    return 1;
+  }
+  std::printf("device: %s\n", ssu_context_device_name(g_cuda));
+  if (setup) {
+    const int rc = setup();
+    if (rc != 0) return rc;
+  }
+  std::string msg;
+  ssu_cuda::CUresult init = ssu_cuda::CUDA_SUCCESS;
+  if (ssu_cuda::load_driver(g_drv, &msg, &init) != ssu_cuda::LoadError::none) {
+    std::printf("cannot load the driver for the test's own allocations: %s\n", msg.c_str());
+    return 1;
+  }
+  ssu_cuda::CUdevice dev = 0;
+  ssu_cuda::CUcontext ctx = nullptr;
+  ok(g_drv.DeviceGet(&dev, 0), "cuDeviceGet");
+  ok(g_drv.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  ok(g_drv.CtxPushCurrent(ctx), "cuCtxPushCurrent");
+
+  doctest::Context dc(argc, argv);
+  const int rc = dc.run();
+  if (teardown) teardown();
+  ssu_context_destroy(g_cuda);
+  ssu_cuda::CUcontext popped = nullptr;
+  g_drv.CtxPopCurrent(&popped);
+  g_drv.DevicePrimaryCtxRelease(dev);
+  return rc;
+}
+
+}  // namespace gpu
+}  // namespace ssutest
