@@ -1,5 +1,6 @@
 // Test harness for the selective state update; see harness.h.
 #include "harness.h"
+#include "rng.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,27 +36,6 @@ void HostMemory::download(void* dst_host, const void* src, size_t bytes) {
 // ---------------------------------------------------------------------------
 namespace {
 
-// splitmix64: tiny, reproducible on every platform.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x1234567ull) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
-  double uniform(double a, double b) { return a + (b - a) * uniform(); }
-  int64_t below(int64_t n) { return n <= 0 ? 0 : int64_t(next() % uint64_t(n)); }
-  bool chance(double p) { return uniform() < p; }
-  double normal() {
-    double u1 = uniform();
-    while (u1 <= 1e-300) u1 = uniform();
-    const double u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-};
 
 size_t elem_size(ssu_dtype_t d) {
   switch (d) {
@@ -311,8 +291,9 @@ struct UpdateProblem::Impl {
 UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
     : case_(c), mem_(mem), impl_(new Impl) {
   Impl& m = *impl_;
-  Rng rng(c.seed ^ (uint64_t(c.H) << 48) ^ (uint64_t(c.P) << 32) ^ (uint64_t(c.N) << 16) ^
-          uint64_t(c.batch));
+  Rng rng = Rng::seeded(c.seed ^ (uint64_t(c.H) << 48) ^ (uint64_t(c.P) << 32) ^
+                            (uint64_t(c.N) << 16) ^ uint64_t(c.batch),
+                        0x1234567ull);
   const bool single = c.form == Form::Single;
   const int64_t Bt = c.batch, T = single ? 1 : c.T;
   const int64_t H = c.H, G = c.G, P = c.P, N = c.N, HPN = H * P * N;

@@ -1,5 +1,6 @@
 // Test harness for the Mamba-3 step and rotary step; see mamba3_harness.h.
 #include "mamba3_harness.h"
+#include "rng.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,36 +19,6 @@ namespace {
 
 constexpr double kTwoPi = 6.283185307179586476925;
 
-// splitmix64, reproducible everywhere.
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x5eed5eedull) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
-  double uniform(double a, double b) { return a + (b - a) * uniform(); }
-  int64_t below(int64_t n) { return n <= 0 ? 0 : int64_t(next() % uint64_t(n)); }
-  bool chance(double p) { return uniform() < p; }
-  double normal() {
-    double u1 = uniform();
-    while (u1 <= 1e-300) u1 = uniform();
-    const double u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2);
-  }
-  // A standard normal value kept away from zero (|v| >= 0.05): zeros would
-  // hide a missing term.
-  double nonzero_normal() {
-    const double v = normal();
-    if (std::fabs(v) >= 0.05) return v;
-    return v < 0 ? v - 0.05 : v + 0.05;
-  }
-  // Log-uniform in [a, b].
-  double log_uniform(double a, double b) { return std::exp(uniform(std::log(a), std::log(b))); }
-};
 
 size_t esize(ssu_dtype_t d) {
   switch (d) {
@@ -578,8 +549,9 @@ void set_index(TensorSet& t, int id, int64_t b, int64_t value) {
 // StepProblem
 // ---------------------------------------------------------------------------
 StepProblem::StepProblem(const StepCase& c, Memory& mem) : c_(c), t_(mem) {
-  Rng rng(c.seed * 1000003ull ^ (uint64_t(c.R) << 40) ^ (uint64_t(c.N) << 24) ^
-          (uint64_t(c.P) << 8) ^ uint64_t(c.H));
+  Rng rng = Rng::seeded(c.seed * 1000003ull ^ (uint64_t(c.R) << 40) ^ (uint64_t(c.N) << 24) ^
+                            (uint64_t(c.P) << 8) ^ uint64_t(c.H),
+                        0x5eed5eedull);
   const int64_t Bt = c.batch, H = c.H, P = c.P, N = c.N, R = c.R;
   if (c.has_z && !c.outproj) throw std::logic_error("StepCase: z needs outproj");
   slots_ = make_slots(rng, Bt, c.has_src, c.dst, c.pad, c.dst_pad, c.index, c.extra_slots);
@@ -818,8 +790,9 @@ void StepProblem::poke_index(bool to_dst, int64_t b, int64_t value) {
 // RotaryProblem
 // ---------------------------------------------------------------------------
 RotaryProblem::RotaryProblem(const RotaryCase& c, Memory& mem) : c_(c), t_(mem) {
-  Rng rng(c.seed * 7919ull ^ (uint64_t(c.R) << 40) ^ (uint64_t(c.N) << 24) ^
-          (uint64_t(c.Sa) << 8) ^ uint64_t(c.H));
+  Rng rng = Rng::seeded(c.seed * 7919ull ^ (uint64_t(c.R) << 40) ^ (uint64_t(c.N) << 24) ^
+                            (uint64_t(c.Sa) << 8) ^ uint64_t(c.H),
+                        0x5eed5eedull);
   const int64_t Bt = c.batch, H = c.H, N = c.N, R = c.R, Sa = c.Sa;
   slots_ = make_slots(rng, Bt, c.has_src, c.dst, c.pad, false, c.index, c.extra_slots);
   const int64_t S = slots_.S;
@@ -1126,7 +1099,7 @@ CheckResult run_gather_scatter_case(ssu_context_t ctx, Memory& mem, const StepCa
 // ---------------------------------------------------------------------------
 CheckResult run_chain(ssu_context_t ctx, Memory& mem, const ChainConfig& c) {
   const std::string header = describe(c);
-  Rng rng(c.seed * 31337ull + 17);
+  Rng rng = Rng::seeded(c.seed * 31337ull + 17, 0x5eed5eedull);
   const int64_t Bt = c.batch, H = c.H, P = c.P, N = c.N, R = c.R, Sa = c.Sa;
   const int64_t S = 2 * Bt + 1;
   const ssu_dtype_t F = SSU_DTYPE_F32;

@@ -27,6 +27,7 @@
 
 #include "../kernels/ssu_math.h"
 #include "reference.h"
+#include "rng.h"
 #include "ssu.h"
 
 using namespace ssutest;
@@ -44,19 +45,6 @@ float float_of(uint32_t u) {
   return f;
 }
 
-// splitmix64
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  uint32_t u32() { return uint32_t(next() >> 32); }
-  double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
-};
 
 // Both implementations of one conversion must give `want` (hex) for `in`.
 struct Sr {
