@@ -74,6 +74,8 @@ const char kUsage[] =
     "                           gathered into dense buffers, the step on them without\n"
     "                           indices, the rows scattered back to the dst slots)\n"
     "  --rank R                 Mamba-3 MIMO rank (default 4)\n"
+    "  --algorithm NAME         pin the update's algorithm: auto (default),\n"
+    "                           cuda_simple, cuda_pipelined, cpu_rows\n"
     "  --threads K              CPU worker threads (default: all hardware threads)\n"
     "  --iters K                timed iterations per batch: calls on the CPU,\n"
     "                           replays of a graph of calls on CUDA (default:\n"
@@ -116,6 +118,7 @@ struct Options {
   bool sr = false, sr_compare = false;
   bool mamba3 = false;
   int64_t rank = 4;
+  ssu_algorithm_t algorithm = SSU_ALGORITHM_AUTO;
   int threads = 0;
   int iters = 0;  // 0: automatic
   std::string json;
@@ -230,6 +233,13 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--rank") {
       o.rank = parse_positive(a, value());
       set_rank = true;
+    } else if (a == "--algorithm") {
+      const std::string v = value();
+      if (v == "auto") o.algorithm = SSU_ALGORITHM_AUTO;
+      else if (v == "cuda_simple") o.algorithm = SSU_ALGORITHM_CUDA_SIMPLE;
+      else if (v == "cuda_pipelined") o.algorithm = SSU_ALGORITHM_CUDA_PIPELINED;
+      else if (v == "cpu_rows") o.algorithm = SSU_ALGORITHM_CPU_ROWS;
+      else usage_error("--algorithm must be auto, cuda_simple, cuda_pipelined or cpu_rows, got '" + v + "'");
     } else if (a == "--threads") {
       o.threads = static_cast<int>(parse_positive(a, value()));
     } else if (a == "--iters") {
@@ -431,9 +441,11 @@ double time_matched_copy(BenchDevice* dev, size_t bytes, int iters) {
 // Plan creation that may fail because the library cannot run this
 // configuration here: returns nullptr and sets *why to the status and message.
 ssu_plan_t create_update_plan(ssu_context_t ctx, const ssu_update_args_t& args,
-                              std::string* why) {
+                              ssu_algorithm_t algorithm, std::string* why) {
   ssu_plan_t plan = nullptr;
-  const ssu_status_t st = ssu_plan_create_update(ctx, &args, nullptr, &plan);
+  ssu_plan_options_t o = SSU_PLAN_OPTIONS_INIT;
+  o.algorithm = algorithm;
+  const ssu_status_t st = ssu_plan_create_update(ctx, &args, &o, &plan);
   if (st == SSU_SUCCESS) return plan;
   *why = std::string("ssu_plan_create_update: ") + ssu_status_string(st) + ": " +
          ssu_last_error_message();
@@ -967,9 +979,9 @@ void run_update(const Options& o, const Env& env, Report& rep) {
       rn_calls = pr.calls;
       for (auto& c : rn_calls) c.rounding_seed = nullptr;
     }
-    PlanGuard plan(create_update_plan(env.ctx, pr.calls[0], &rep.skipped));
+    PlanGuard plan(create_update_plan(env.ctx, pr.calls[0], o.algorithm, &rep.skipped));
     if (!plan.plan) break;
-    PlanGuard rn_plan(compare ? create_update_plan(env.ctx, rn_calls[0], &rep.skipped) : nullptr);
+    PlanGuard rn_plan(compare ? create_update_plan(env.ctx, rn_calls[0], o.algorithm, &rep.skipped) : nullptr);
     if (compare && !rn_plan.plan) break;
     rep.algorithm = algorithm_of(plan.plan);
 

@@ -433,7 +433,11 @@ typedef int32_t ssu_algorithm_t;
 #define SSU_ALGORITHM_AUTO 0
 #define SSU_ALGORITHM_CPU_ROWS 1   /* CPU: row blocks over worker threads */
 #define SSU_ALGORITHM_CUDA_SIMPLE 2 /* CUDA: one block per (sequence, head) tile */
-#define SSU_ALGORITHM_CUDA_TMA 3    /* CUDA sm_90+: TMA-pipelined tiles    */
+#define SSU_ALGORITHM_CUDA_TMA 3    /* CUDA sm_90+: TMA-pipelined tiles (reserved) */
+/* CUDA: persistent blocks with a two-stage shared-memory ring, for the
+ * single-token Mamba-2 form (one token, per-head A/dt/D, no per-token or
+ * intermediate stores; rows of 1..32 16-byte chunks); AUTO picks it there. */
+#define SSU_ALGORITHM_CUDA_PIPELINED 4
 
 typedef struct ssu_plan_options {
   uint32_t struct_size;

@@ -44,4 +44,26 @@ typedef struct ssu_cuda_update_launch {
   int32_t reserved0;
 } ssu_cuda_update_launch;
 
+/*
+ * The pipelined single-token kernels (kernels/ssu_pipelined.cu): a grid of
+ * persistent blocks walks `items` = batch * nheads * tiles_per_head work
+ * items with a stride of the grid size. Dynamic shared memory holds two
+ * stages of `stage_bytes` each; within a stage the state tile sits at offset
+ * 0 and the fp32 operands at the offsets below.
+ */
+typedef struct ssu_cuda_pipe_launch {
+  ssu_update_params p;
+  int64_t items;
+  int32_t lanes_per_row;  /* N / (16 / sizeof(state)), a power of two <= 32 */
+  int32_t rows_per_tile;  /* <= 256                                         */
+  int32_t tiles_per_head;
+  int32_t stage_bytes;
+  int32_t off_B;     /* f32 [N]                                  */
+  int32_t off_C;     /* f32 [N]                                  */
+  int32_t off_x;     /* f32 [rows]                               */
+  int32_t off_z;     /* f32 [rows], silu(z)                      */
+  int32_t off_scale; /* f32 [rows], int16 decode scales          */
+  int32_t off_scal;  /* f32 [4]: step size, exp(A*dt), D         */
+} ssu_cuda_pipe_launch;
+
 #endif /* SSU_CUDA_LAUNCH_H_ */

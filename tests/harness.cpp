@@ -1147,7 +1147,8 @@ CheckResult UpdateProblem::check() const {
 // run_update_case
 // ---------------------------------------------------------------------------
 CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase& c,
-                            ssu_stream_t stream, const ssu_plan_options_t* plan_options) {
+                            ssu_stream_t stream, const ssu_plan_options_t* plan_options,
+                            ssu_algorithm_t* algorithm) {
   UpdateProblem problem(c, mem);
   const ssu_update_args_t args = problem.args();
   ssu_plan_t plan = nullptr;
@@ -1158,6 +1159,10 @@ CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase
     r.message = describe(c) + "\n  ssu_plan_create_update failed: " + std::to_string(st) +
                 " (" + ssu_status_string(st) + "): " + ssu_last_error_message();
     return r;
+  }
+  if (algorithm) {
+    ssu_plan_info_t info = SSU_PLAN_INFO_INIT;
+    *algorithm = ssu_plan_get_info(plan, &info) == SSU_SUCCESS ? info.algorithm : -1;
   }
   st = ssu_plan_execute_update(plan, &args, stream);
   const std::string msg = st == SSU_SUCCESS ? "" : ssu_last_error_message();

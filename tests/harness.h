@@ -219,10 +219,12 @@ class UpdateProblem {
 };
 
 // Plans, executes on `stream` and checks one case. The plan is created and
-// destroyed here; `plan_options` may be NULL.
+// destroyed here; `plan_options` may be NULL. `algorithm`, if not NULL,
+// receives the algorithm the plan chose.
 CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase& c,
                             ssu_stream_t stream = nullptr,
-                            const ssu_plan_options_t* plan_options = nullptr);
+                            const ssu_plan_options_t* plan_options = nullptr,
+                            ssu_algorithm_t* algorithm = nullptr);
 
 // The table of update cases (SPEC sections 1 and 2), deterministic: a fixed
 // seed per case. Covers every form and store mode with every dtype

@@ -131,6 +131,7 @@ const char* algorithm_name(ssu_algorithm_t a) {
     case SSU_ALGORITHM_CPU_ROWS: return "cpu_rows";
     case SSU_ALGORITHM_CUDA_SIMPLE: return "cuda_simple";
     case SSU_ALGORITHM_CUDA_TMA: return "cuda_tma";
+    case SSU_ALGORITHM_CUDA_PIPELINED: return "cuda_pipelined";
     default: return "unknown";
   }
 }

@@ -33,6 +33,8 @@ using namespace ssutest::gpu;
 namespace {
 
 ssu_context_t g_cpu = nullptr;
+// A CUDA context whose pipelined kernels run on three blocks (see main).
+ssu_context_t g_cuda_few = nullptr;
 
 const char* const kStateBuffers[] = {"state", "state_scale", "intermediate_states",
                                      "intermediate_scales"};
@@ -80,7 +82,7 @@ CheckResult run_on(ssu_context_t ctx, UpdateProblem& p, ssu_stream_t stream, Mem
   }
   if (st != SSU_SUCCESS) {
     r.ok = false;
-    r.message = std::string(ssu_backend_name(ctx == g_cuda ? SSU_BACKEND_CUDA : SSU_BACKEND_CPU)) +
+    r.message = std::string(ctx == g_cpu ? "cpu" : "cuda") +
                 ": " + ssu_status_string(st) + ": " + ssu_last_error_message();
     return r;
   }
@@ -112,11 +114,19 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
     UpdateProblem host(c, hmem), dev(c, dmem);
     const CheckResult rc = run_on(g_cpu, host, nullptr, hmem);
     const CheckResult rg = run_on(g_cuda, dev, nullptr, dmem);
+    // The same call on three persistent blocks, so that the pipelined
+    // kernels run it whenever they can (the default context leaves small
+    // calls to the simple kernels).
+    UpdateProblem devp(c, dmem);
+    const CheckResult rp = run_on(g_cuda_few, devp, nullptr, dmem);
     std::string why;
     if (!rc.ok) why += "\n  cpu vs reference: " + rc.message;
     if (!rg.ok) why += "\n  cuda vs reference: " + rg.message;
+    if (!rp.ok) why += "\n  cuda (three blocks) vs reference: " + rp.message;
     const std::string diff = compare_state_bits(host, dev);
     if (!diff.empty()) why += "\n  cpu vs cuda state bits: " + diff;
+    const std::string diffp = compare_state_bits(host, devp);
+    if (!diffp.empty()) why += "\n  cpu vs cuda (three blocks) state bits: " + diffp;
     if (!why.empty() && ++failed <= 20) FAIL_CHECK("case " << i << ": " << d << why);
   }
   std::printf("gpu state bits: %d cases, %d failed\n", run, failed);
@@ -207,7 +217,19 @@ int main(int argc, char** argv) {
       std::printf("ssu_context_create(CPU) failed: %s\n", ssu_last_error_message());
       return 1;
     }
+    setenv("SSU_CUDA_PIPE_MAX_BLOCKS", "3", 1);
+    ssu_context_options_t go = SSU_CONTEXT_OPTIONS_INIT;
+    go.backend = SSU_BACKEND_CUDA;
+    const ssu_status_t st = ssu_context_create(&go, &g_cuda_few);
+    unsetenv("SSU_CUDA_PIPE_MAX_BLOCKS");
+    if (st != SSU_SUCCESS) {
+      std::printf("ssu_context_create(CUDA, three blocks) failed: %s\n", ssu_last_error_message());
+      return 1;
+    }
     return 0;
   };
-  return run_gpu_tests(argc, argv, setup, [] { ssu_context_destroy(g_cpu); });
+  return run_gpu_tests(argc, argv, setup, [] {
+    ssu_context_destroy(g_cuda_few);
+    ssu_context_destroy(g_cpu);
+  });
 }

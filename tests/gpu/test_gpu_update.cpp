@@ -47,25 +47,60 @@ std::vector<UpdateCase> selected(const std::vector<UpdateCase>& table, bool appl
   return out;
 }
 
-int run_cases(const std::vector<UpdateCase>& cases, const char* what) {
+// A second CUDA context whose pipelined kernels run on at most two blocks,
+// so that every block walks many items through both stages of its ring.
+ssu_context_t few_blocks_context() {
+  static ssu_context_t ctx = [] {
+    ssu_context_t c = nullptr;
+    setenv("SSU_CUDA_PIPE_MAX_BLOCKS", "2", 1);
+    ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+    o.backend = SSU_BACKEND_CUDA;
+    const ssu_status_t st = ssu_context_create(&o, &c);
+    unsetenv("SSU_CUDA_PIPE_MAX_BLOCKS");
+    if (st != SSU_SUCCESS) throw std::runtime_error(ssu_last_error_message());
+    return c;
+  }();
+  return ctx;
+}
+
+// Runs every case with the plan's own choice; a case the pipelined kernels
+// take runs again pinned to cuda_simple and, with `few_blocks`, on two
+// persistent blocks (which also takes calls too small for the grid).
+int run_cases(const std::vector<UpdateCase>& cases, const char* what, bool few_blocks) {
   CudaMemory mem;
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
-  int failed = 0;
+  int failed = 0, pipelined = 0;
   int64_t elements = 0;
+  auto record = [&](const CheckResult& r, size_t i, const char* how) {
+    elements += r.elements;
+    if (!r.ok && ++failed <= 25) FAIL_CHECK(what << " case " << i << how << ": " << r.message);
+  };
   for (size_t i = 0; i < cases.size(); ++i) {
     if (verbose) {
       std::printf("[%zu] %s\n", i, describe(cases[i]).c_str());
       std::fflush(stdout);
     }
-    const CheckResult r = run_update_case(g_cuda, mem, cases[i]);
-    elements += r.elements;
-    if (!r.ok && ++failed <= 25) FAIL_CHECK(what << " case " << i << ": " << r.message);
+    ssu_algorithm_t algorithm = -1;
+    record(run_update_case(g_cuda, mem, cases[i], nullptr, nullptr, &algorithm), i, "");
+    if (algorithm == SSU_ALGORITHM_CUDA_PIPELINED) {
+      ++pipelined;
+      ssu_plan_options_t o = SSU_PLAN_OPTIONS_INIT;
+      o.algorithm = SSU_ALGORITHM_CUDA_SIMPLE;
+      record(run_update_case(g_cuda, mem, cases[i], nullptr, &o), i, " (cuda_simple)");
+      if (few_blocks) {
+        o.algorithm = SSU_ALGORITHM_CUDA_PIPELINED;
+        record(run_update_case(few_blocks_context(), mem, cases[i], nullptr, &o), i,
+               " (cuda_pipelined on two blocks)");
+      }
+    }
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("gpu %s: %zu cases, %d failed, %lld elements checked, %.1f s\n", what,
-              cases.size(), failed, (long long)elements, secs);
+  std::printf("gpu %s: %zu cases (%d pipelined, also run pinned to cuda_simple%s), "
+              "%d failed, %lld elements checked, %.1f s\n",
+              what, cases.size(), pipelined, few_blocks ? " and on two pipelined blocks" : "",
+              failed, (long long)elements, secs);
   return failed;
 }
 
@@ -73,7 +108,7 @@ int run_cases(const std::vector<UpdateCase>& cases, const char* what) {
 
 TEST_CASE("gpu: every update case of the table matches the float64 reference") {
   const std::vector<UpdateCase> cases = selected(update_case_table(), true);
-  CHECK(run_cases(cases, "table") == 0);
+  CHECK(run_cases(cases, "table", true) == 0);
 }
 
 TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
@@ -117,7 +152,7 @@ TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
     c.tag = "mamba1_large_batch";
     cases.push_back(c);
   }
-  CHECK(run_cases(selected(cases, false), "large") == 0);
+  CHECK(run_cases(selected(cases, false), "large", false) == 0);
 }
 
 // A bf16 pool whose last slots start past element 2^31, run on the GPU and,

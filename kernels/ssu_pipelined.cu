@@ -1,0 +1,436 @@
+// The pipelined single-token update (algorithm cuda_pipelined): persistent
+// blocks, each walking work items (sequence, head, row tile) with a stride of
+// the grid size, with a two-stage shared-memory ring. While a block computes
+// item i from one stage, the state tile of item i+1 is already in flight into
+// the other (16-byte cp.async), its small operands (B, C, x, z, step size)
+// are in registers, and the slot indices of item i+2 are being loaded. A
+// block therefore always has a tile's bytes in flight, instead of the
+// load -> compute -> store phases of a block that owns one tile.
+//
+// Scope (the host checks it; everything else runs on ssu_update.cu):
+// one token per sequence (no varlen, per-token stores or intermediate
+// buffer), per-head A and step size (Mamba-2), per-head or no D, state rows
+// of N = lanes_per_row * VEC elements (one 16-byte chunk per lane,
+// lanes_per_row a power of two), 16-byte aligned state rows. Every state
+// format: f32, f16 and bf16 (round to nearest or stochastic) and int16 with
+// row scales. The state step is the canonical one of ssu_math.h, so the
+// stored bits equal the CPU backend's and the simple kernels'.
+//
+// Included by ssu_kernels.cu after ssu_update.cu, whose helpers it uses.
+#include "ssu_cuda_launch.h"
+
+namespace {
+
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+
+// Where an item's state comes from and goes to. src < 0: padding (zero
+// outputs, no pool touched); dst < 0: no store.
+struct PipeSlots {
+  int64_t src, dst;
+};
+
+// An item's slot indices as loaded (resolved one iteration later, so that
+// the loads are in flight while the block computes).
+struct PipeRaw {
+  int64_t src, dst;
+};
+
+// An item's small operands in registers between their load and their
+// staging: B and C ([B | C], 2N <= 4*128 values) and x and z ([x | z],
+// 2*rows <= 4*128 values), as loaded, and (thread 0) the per-head scalars.
+template <typename IT>
+struct PipeOps {
+  IT bc[4];
+  IT xz[4];
+  float dt, A, D, bias;
+};
+
+struct PipeItem {
+  int b, h, g;  // the host keeps items (hence batch * nheads) below 2^31
+  int r0, rows;
+  bool reporter;  // reports this sequence's index errors (one block per sequence)
+};
+
+__device__ __forceinline__ PipeItem pipe_item(const ssu_cuda_pipe_launch& L, int64_t item) {
+  const ssu_update_params& p = L.p;
+  PipeItem it;
+  const int i32 = static_cast<int>(item);
+  const int bh = i32 / L.tiles_per_head;
+  const int tile = i32 - bh * L.tiles_per_head;
+  const int H = static_cast<int>(p.nheads);
+  it.b = bh / H;
+  it.h = bh - it.b * H;
+  it.g = it.h / static_cast<int>(p.heads_per_group);
+  it.r0 = tile * L.rows_per_tile;
+  it.rows = min(static_cast<int>(p.dim) - it.r0, L.rows_per_tile);
+  it.reporter = it.h == 0 && tile == 0 && threadIdx.x == 0;
+  return it;
+}
+
+__device__ __forceinline__ PipeRaw pipe_load_indices(const ssu_update_params& p, int64_t b) {
+  PipeRaw r;
+  r.src = (p.features & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b)
+                                       : b;
+  r.dst = (p.features & SSU_F_HAS_DST) && !(p.features & SSU_F_DISABLE_UPDATE)
+              ? load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b)
+              : 0;
+  return r;
+}
+
+// Padding and out-of-range slots, exactly as the simple kernels treat them.
+__device__ __forceinline__ PipeSlots pipe_resolve(const ssu_update_params& p, const PipeRaw& r,
+                                                  bool reporter) {
+  PipeSlots s{-1, -1};
+  if (is_pad(r.src, p.pad_slot_id)) return s;
+  if (r.src >= p.nslots) {
+    if (reporter) report(p.error_word, SSU_BIT_INDEX);
+    return s;
+  }
+  s.src = r.src;
+  if (p.features & SSU_F_DISABLE_UPDATE) return s;
+  s.dst = r.src;
+  if (p.features & SSU_F_HAS_DST) {
+    s.dst = r.dst;
+    if (is_pad(r.dst, p.pad_slot_id)) {
+      s.dst = -1;
+    } else if (r.dst >= p.nslots) {
+      if (reporter) report(p.error_word, SSU_BIT_INDEX);
+      s.dst = -1;
+    }
+  }
+  return s;
+}
+
+// Shared memory of one stage (byte offsets from the stage's start).
+template <typename ST>
+struct PipeStage {
+  ST* state;
+  float *B, *C, *x, *z, *scale, *scal;  // scal: step size, exp(A*dt), D
+  __device__ __forceinline__ PipeStage(const ssu_cuda_pipe_launch& L, int s) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char* base = smem + s * L.stage_bytes;
+    state = reinterpret_cast<ST*>(base);
+    B = reinterpret_cast<float*>(base + L.off_B);
+    C = reinterpret_cast<float*>(base + L.off_C);
+    x = reinterpret_cast<float*>(base + L.off_x);
+    z = reinterpret_cast<float*>(base + L.off_z);
+    scale = reinterpret_cast<float*>(base + L.off_scale);
+    scal = reinterpret_cast<float*>(base + L.off_scal);
+  }
+};
+
+// Issues an item's loads: the state tile (and int16 row scales) by cp.async
+// into stage `st`, the operands into registers.
+template <typename ST, typename IT>
+__device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
+                                           const PipeSlots& sl, const PipeStage<ST>& st,
+                                           PipeOps<IT>& ops) {
+  constexpr int VEC = 16 / sizeof(ST);
+  const ssu_update_params& p = L.p;
+  const int tid = threadIdx.x;
+  if (sl.src < 0) return;
+  const int N = static_cast<int>(p.dstate);
+  const ST* src = static_cast<const ST*>(p.state) + sl.src * p.state_stride_slot +
+                  it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;
+  const int chunks = it.rows * N / VEC;
+  for (int c = tid; c < chunks; c += SSU_CUDA_THREADS) cp_async_16(st.state + c * VEC, src + c * VEC);
+  if constexpr (std::is_same<ST, int16_t>::value) {
+    const float* sc = p.state_scale + sl.src * p.state_scale_stride_slot + it.h * p.dim + it.r0;
+    for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) cp_async_4(st.scale + r, sc + r);
+  }
+  const IT* Bb = static_cast<const IT*>(p.B) + it.b * p.B_stride_b + it.g * p.B_stride_g;
+  const IT* Cb = static_cast<const IT*>(p.C) + it.b * p.C_stride_b + it.g * p.C_stride_g;
+  const IT* xb = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
+  const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
+  const bool has_z = p.features & SSU_F_HAS_Z;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int j = tid + k * SSU_CUDA_THREADS;
+    if (j < N) ops.bc[k] = __ldg(Bb + j);
+    else if (j < 2 * N) ops.bc[k] = __ldg(Cb + (j - N));
+    const int rows = it.rows;
+    if (j < rows) ops.xz[k] = __ldg(xb + j);
+    else if (has_z && j < 2 * rows) ops.xz[k] = __ldg(zb + (j - rows));
+  }
+  if (tid == 0) {
+    ops.dt = load_param(p.dt, p.dt_dtype, it.b * p.dt_stride_b + it.h * p.dt_stride_h);
+    ops.bias = (p.features & SSU_F_HAS_DT_BIAS)
+                   ? load_param(p.dt_bias, p.dt_bias_dtype, it.h * p.dt_bias_stride_h)
+                   : 0.f;
+    ops.A = load_param(p.A, p.A_dtype, it.h * p.A_stride_h);
+    ops.D = (p.features & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, it.h * p.D_stride_h) : 0.f;
+  }
+}
+
+// Writes an item's operands (fp32, z through silu, the step size and decay
+// as the simple kernels compute them) into its stage.
+template <typename ST, typename IT>
+__device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, const PipeItem& it,
+                                               const PipeSlots& sl, const PipeStage<ST>& st,
+                                               const PipeOps<IT>& ops) {
+  const ssu_update_params& p = L.p;
+  const int tid = threadIdx.x;
+  if (sl.src < 0) return;
+  const int N = static_cast<int>(p.dstate);
+  const bool has_z = p.features & SSU_F_HAS_Z;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int j = tid + k * SSU_CUDA_THREADS;
+    if (j < N) st.B[j] = to_f32(ops.bc[k]);
+    else if (j < 2 * N) st.C[j - N] = to_f32(ops.bc[k]);
+    const int rows = it.rows;
+    if (j < rows) st.x[j] = to_f32(ops.xz[k]);
+    else if (has_z && j < 2 * rows) st.z[j - rows] = silu(to_f32(ops.xz[k]));
+  }
+  if (tid == 0) {
+    float dt = ops.dt;
+    if (p.features & SSU_F_HAS_DT_BIAS) dt += ops.bias;
+    if (p.features & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+    st.scal[0] = dt;
+    st.scal[1] = ssu_math::exp(ops.A * dt);
+    st.scal[2] = ops.D;
+  }
+}
+
+// The Philox key schedule of a seed for the default 10 rounds, computed
+// once per block (it depends on the seed only), so that a round costs its
+// two wide multiplies and two three-input XORs.
+struct PipeKeys {
+  uint32_t k0[10], k1[10];
+};
+
+__device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
+  PipeKeys k;
+#pragma unroll
+  for (int i = 0; i < 10; ++i) {
+    k.k0[i] = static_cast<uint32_t>(seed) + static_cast<uint32_t>(i) * 0x9E3779B9u;
+    k.k1[i] = static_cast<uint32_t>(seed >> 32) + static_cast<uint32_t>(i) * 0xBB67AE85u;
+  }
+  return k;
+}
+
+// Stochastic rounding of a 16-byte chunk whose first element has pool offset
+// L0, a multiple of 4 (the host guarantees it): one Philox call per four
+// elements, its words in order (ssu_math::philox4x32 with the keys above
+// for 10 rounds, the generic loop otherwise).
+template <typename ST, int VEC>
+__device__ __forceinline__ void pipe_encode_sr(ST* e, const float* v, uint64_t seed,
+                                               const PipeKeys& keys, uint64_t L0,
+                                               uint32_t rounds) {
+  uint16_t bits[VEC];
+#pragma unroll
+  for (int q = 0; q < VEC; q += 4) {
+    ssu_math::u32x4 r;
+    if (rounds == 10) {
+      const uint64_t ctr = L0 + q;
+      uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0,
+               c3 = 0;
+#pragma unroll
+      for (int i = 0; i < 10; ++i) ssu_math::philox_round(c0, c1, c2, c3, keys.k0[i], keys.k1[i]);
+      r.v[0] = c0;
+      r.v[1] = c1;
+      r.v[2] = c2;
+      r.v[3] = c3;
+    } else {
+      r = ssu_math::philox4x32(seed, L0 + q, rounds);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) bits[q + j] = sr_bits<ST>(v[q + j], r.v[j]);
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) e[i] = *reinterpret_cast<const ST*>(&bits[i]);
+}
+
+// The int16 encode factor of a row spread over `lpr` lanes: the largest
+// magnitude as the integer maximum of the magnitude bits (the same order as
+// the floats; NaN patterns are above Inf, so a NaN wins as in
+// ssu_math::int16_amax_step, and a row holding Inf gets an Inf maximum).
+// Returns the factor; *finite says whether every v * factor is a number.
+template <int E>
+__device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bool* finite) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int e = 0; e < E; ++e) m = max(m, __float_as_uint(hs[e]) & 0x7fffffffu);
+  for (int off = lpr >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float enc = ssu_math::int16_encode_factor(__uint_as_float(m));
+  // A tiny nonzero maximum gives an infinite factor (0 * enc is NaN there).
+  *finite = m < 0x7f800000u && enc < 3.0e38f;
+  return enc;
+}
+
+// Computes an item from its stage: one row per lane group at a time, the
+// lane's B and C columns in registers for the whole tile.
+template <typename ST, typename IT, bool SR>
+__device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, const PipeItem& it,
+                                             const PipeSlots& sl, const PipeStage<ST>& st,
+                                             uint64_t seed, const PipeKeys& keys) {
+  constexpr int VEC = 16 / sizeof(ST);
+  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  const ssu_update_params& p = L.p;
+  const int tid = threadIdx.x;
+  const int lpr = L.lanes_per_row;
+  const int lane_r = tid & (lpr - 1);
+  const int grp = tid / lpr;
+  const int ngrp = SSU_CUDA_THREADS / lpr;
+  IT* const out = static_cast<IT*>(p.out) + it.b * p.out_stride_b + it.h * p.out_stride_h + it.r0;
+  if (sl.src < 0) {
+    for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) out[r] = from_f32<IT>(0.f);
+    return;
+  }
+  const int N = static_cast<int>(p.dstate);
+  const int n0 = lane_r * VEC;
+  float Bv[VEC], Cv[VEC];
+#pragma unroll
+  for (int v = 0; v < VEC; v += 4) {
+    const float4 b4 = *reinterpret_cast<const float4*>(st.B + n0 + v);
+    const float4 c4 = *reinterpret_cast<const float4*>(st.C + n0 + v);
+    Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
+    Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
+  }
+  const float dt = st.scal[0], dA = st.scal[1], Dh = st.scal[2];
+  const bool has_z = p.features & SSU_F_HAS_Z;
+  const int64_t row0 = it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;  // in a slot
+  ST* const dst = sl.dst >= 0 ? static_cast<ST*>(p.state) + sl.dst * p.state_stride_slot + row0
+                              : nullptr;
+  const uint64_t L_row0 = static_cast<uint64_t>(sl.src * p.state_stride_slot + row0);
+  const int iters = (it.rows + ngrp - 1) / ngrp;
+  // Every group runs the same number of iterations, so the shuffles of a
+  // group always have all their lanes. Two rows are interleaved where a
+  // lane has little independent work per row (f32: 4 elements) or long
+  // dependent chains (int16: two reductions; stochastic rounding: Philox).
+#pragma unroll((VEC == 4 || QUANT || SR) ? 2 : 1)
+  for (int i = 0; i < iters; ++i) {
+    const int r_raw = i * ngrp + grp;
+    const bool rv = r_raw < it.rows;
+    const int r = rv ? r_raw : 0;
+    float hs[VEC];
+    {
+      union {
+        uint4 u;
+        ST e[VEC];
+      } c;
+      c.u = *reinterpret_cast<const uint4*>(st.state + r * N + n0);
+      const float rs = QUANT ? st.scale[r] : 1.f;
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) hs[v] = QUANT ? to_f32(c.e[v]) * rs : to_f32(c.e[v]);
+    }
+    const float xv = st.x[r];
+    const float dtx = dt * xv;
+    float acc = 0.f;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
+      acc = fmaf(hs[v], Cv[v], acc);
+    }
+    for (int off = lpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (rv && lane_r == 0) {
+      float y = acc + Dh * xv;
+      if (has_z) y *= st.z[r];
+      out[r] = from_f32<IT>(y);
+    }
+    if (dst) {  // block-uniform
+      Chunk<ST, VEC> c;
+      float enc = 1.f;
+      if constexpr (QUANT) {
+        bool finite;
+        enc = pipe_encode_factor<VEC>(hs, lpr, &finite);
+        if (finite) {  // |v * enc| cannot be NaN: clamp and round only
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) {
+            const float q = fminf(fmaxf(hs[v] * enc, -32767.0f), 32767.0f);
+            c.e[v] = static_cast<int16_t>(__float_as_int(q + 12582912.0f) - 0x4B400000);
+          }
+        } else {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) c.e[v] = ssu_math::int16_quantize(hs[v], enc);
+        }
+      } else if constexpr (SR) {
+        pipe_encode_sr<ST, VEC>(c.e, hs, seed, keys, L_row0 + static_cast<uint64_t>(r) * N + n0,
+                                p.sr_rounds);
+      } else {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
+      }
+      if (rv) {
+        __stcs(reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * N + n0), c.u);
+        if (QUANT && lane_r == 0)
+          p.state_scale[sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0 + r] = 1.0f / enc;
+      }
+    }
+  }
+}
+
+template <typename ST, typename IT, bool SR>
+__device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
+  const ssu_update_params& p = L.p;
+  const int64_t items = L.items;
+  const int64_t stride = gridDim.x;
+  const uint64_t seed = SR ? *p.sr_seed : 0;
+  const PipeKeys keys = pipe_keys(seed);
+
+  PipeOps<IT> ops;
+
+  // Prologue: the first item's loads (its indices waited for), the second
+  // item's indices requested.
+  int64_t item = blockIdx.x;
+  PipeItem cur = pipe_item(L, item);
+  PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
+  {
+    const PipeStage<ST> first(L, 0);
+    pipe_issue<ST, IT>(L, cur, cur_sl, first, ops);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    pipe_stage_ops<ST, IT>(L, cur, cur_sl, first, ops);
+  }
+  PipeRaw next_raw{0, 0};
+  if (item + stride < items) next_raw = pipe_load_indices(p, pipe_item(L, item + stride).b);
+
+#pragma unroll 1
+  for (int s = 0; item < items; item += stride, s ^= 1) {
+    const PipeStage<ST> here(L, s), there(L, s ^ 1);
+    // The other stage was last read by the previous item's rows.
+    __syncthreads();
+    const int64_t nitem = item + stride;
+    PipeItem nxt;
+    PipeSlots nxt_sl{-1, -1};
+    if (nitem < items) {
+      nxt = pipe_item(L, nitem);
+      nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
+      pipe_issue<ST, IT>(L, nxt, nxt_sl, there, ops);
+      if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item(L, nitem + stride).b);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    __syncthreads();
+    pipe_compute<ST, IT, SR>(L, cur, cur_sl, here, seed, keys);
+    if (nitem < items) pipe_stage_ops<ST, IT>(L, nxt, nxt_sl, there, ops);
+    cur = nxt;
+    cur_sl = nxt_sl;
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+}  // namespace
+
+// At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
+// tile also allow); int16 rows (the row maximum) may use 102 (5 blocks)
+// and the stochastic kernels 128 (4 blocks) instead of spilling.
+#define SSU_PIPE_KERNEL(name, ST, IT, SR)                                         \
+  extern "C" __global__ void __launch_bounds__(                                   \
+      SSU_CUDA_THREADS, SR ? 4 : std::is_same<ST, int16_t>::value ? 5 : 6)        \
+      name(const __grid_constant__ ssu_cuda_pipe_launch launch) {               \
+    pipe_body<ST, IT, SR>(launch);                                              \
+  }
+#define SSU_PIPE_KERNELS_FOR(sname, ST, SR, suffix)                       \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f32##suffix, ST, float, SR)          \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f16##suffix, ST, f16, SR)            \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_bf16##suffix, ST, bf16, SR)
+
+SSU_PIPE_KERNELS_FOR(f32, float, false, )
+SSU_PIPE_KERNELS_FOR(f16, f16, false, )
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, )
+SSU_PIPE_KERNELS_FOR(i16, int16_t, false, )
+SSU_PIPE_KERNELS_FOR(f16, f16, true, _sr)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, true, _sr)
