@@ -35,8 +35,10 @@ def _check(status):
 
 _BACKENDS = {"auto": _lib.BACKEND_AUTO, "cpu": _lib.BACKEND_CPU, "cuda": _lib.BACKEND_CUDA}
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
+# The library's algorithm names (ssu_plan_info_t.algorithm_name).
 _ALGORITHMS = {"auto": _lib.ALGORITHM_AUTO, "cpu_rows": _lib.ALGORITHM_CPU_ROWS,
-               "cuda_simple": _lib.ALGORITHM_CUDA_SIMPLE, "cuda_tma": _lib.ALGORITHM_CUDA_TMA}
+               "cuda_simple": _lib.ALGORITHM_CUDA_SIMPLE, "cuda_tma": _lib.ALGORITHM_CUDA_TMA,
+               "cuda_pipelined": _lib.ALGORITHM_CUDA_PIPELINED}
 
 class _Op:
     """One kind of operation: its C argument struct, where each keyword
@@ -174,7 +176,11 @@ class Context(_Handle):
     def plan_update(self, algorithm="auto", **args):
         """Validates the arguments of an update and creates a Plan for
         updates of their kind (see ssu.h: everything but data pointers,
-        strides, the batch size and the pool's slot count is fixed)."""
+        strides, the batch size and the pool's slot count is fixed).
+        ``algorithm`` is "auto" or pins one by name ("cpu_rows",
+        "cuda_simple", "cuda_tma", "cuda_pipelined") or by its code; a pinned
+        algorithm that cannot run this update raises SsuError with status
+        202 (algorithm not available)."""
         return Plan(self, args, algorithm, _UPDATE)
 
     def plan_mamba3_step(self, algorithm="auto", **args):

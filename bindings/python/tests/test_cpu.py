@@ -76,6 +76,25 @@ def test_library_and_names():
     assert ssu.dtype_code("bf16") == 3 and ssu.dtype_code("torch.float16") == 2
 
 
+def test_pinned_algorithms(ctx):
+    a = make(2, Bt=2)
+    plan = ctx.plan_update(algorithm="cpu_rows", **a)
+    assert plan.algorithm_name == "cpu_rows"
+    assert ctx.plan_update(algorithm=plan.algorithm, **a).algorithm_name == "cpu_rows"
+    assert ctx.plan_update(**a).algorithm_name == "cpu_rows"
+    # Every CUDA algorithm is refused by the CPU backend; the library's
+    # message names it as the binding does, so the names round-trip.
+    for name, code in [("cuda_simple", 2), ("cuda_tma", 3), ("cuda_pipelined", 4)]:
+        for pinned in (name, name.upper(), code):
+            with pytest.raises(ssu.SsuError) as e:
+                ctx.plan_update(algorithm=pinned, **a)
+            assert e.value.status == 202 and e.value.family == 2
+            assert e.value.status_string == "algorithm not available"
+            assert f"({name})" in e.value.message, e.value.message
+    with pytest.raises(ValueError, match="cuda_pipelined"):
+        ctx.plan_update(algorithm="pipelined", **a)
+
+
 def test_single_token_padding_and_dst(ctx):
     a = make(1, Bt=4)
     a["src_index"] = np.array([4, -1, 1, 7], dtype=np.int32)  # 7 = pad_slot_id

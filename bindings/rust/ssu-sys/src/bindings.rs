@@ -60,6 +60,7 @@ pub const SSU_ALGORITHM_AUTO: i32 = 0;
 pub const SSU_ALGORITHM_CPU_ROWS: i32 = 1;
 pub const SSU_ALGORITHM_CUDA_SIMPLE: i32 = 2;
 pub const SSU_ALGORITHM_CUDA_TMA: i32 = 3;
+pub const SSU_ALGORITHM_CUDA_PIPELINED: i32 = 4;
 pub const SSU_MAMBA3_UPDATE_PREV: i32 = 1;
 pub const SSU_MAMBA3_ROTARY_HALVED: i32 = 1;
 pub type __int32_t = ::std::os::raw::c_int;

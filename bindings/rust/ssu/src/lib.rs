@@ -593,6 +593,9 @@ pub enum Algorithm {
     CpuRows,
     CudaSimple,
     CudaTma,
+    /// CUDA: persistent blocks with a two-stage shared-memory ring for the
+    /// single-token Mamba-2 update; the CUDA backend's AUTO picks it there.
+    CudaPipelined,
     /// A value this crate does not know.
     Other(i32),
 }
@@ -603,6 +606,7 @@ impl Algorithm {
             Algorithm::CpuRows => sys::SSU_ALGORITHM_CPU_ROWS,
             Algorithm::CudaSimple => sys::SSU_ALGORITHM_CUDA_SIMPLE,
             Algorithm::CudaTma => sys::SSU_ALGORITHM_CUDA_TMA,
+            Algorithm::CudaPipelined => sys::SSU_ALGORITHM_CUDA_PIPELINED,
             Algorithm::Other(v) => v,
         }
     }
@@ -611,6 +615,7 @@ impl Algorithm {
             sys::SSU_ALGORITHM_CPU_ROWS => Algorithm::CpuRows,
             sys::SSU_ALGORITHM_CUDA_SIMPLE => Algorithm::CudaSimple,
             sys::SSU_ALGORITHM_CUDA_TMA => Algorithm::CudaTma,
+            sys::SSU_ALGORITHM_CUDA_PIPELINED => Algorithm::CudaPipelined,
             v => Algorithm::Other(v),
         }
     }
@@ -1148,5 +1153,32 @@ impl<'a> Mamba3RotaryArgs<'a> {
     pub fn flags(mut self, flags: u32) -> Self {
         self.args.flags = flags;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn algorithm_codes_round_trip() {
+        let known = [
+            (Algorithm::CpuRows, sys::SSU_ALGORITHM_CPU_ROWS),
+            (Algorithm::CudaSimple, sys::SSU_ALGORITHM_CUDA_SIMPLE),
+            (Algorithm::CudaTma, sys::SSU_ALGORITHM_CUDA_TMA),
+            (Algorithm::CudaPipelined, sys::SSU_ALGORITHM_CUDA_PIPELINED),
+        ];
+        for (alg, raw) in known {
+            assert_eq!(alg.raw(), raw, "{alg:?}");
+            assert_eq!(Algorithm::from_raw(raw), alg, "{raw}");
+        }
+        assert_eq!(sys::SSU_ALGORITHM_CUDA_PIPELINED, 4);
+        assert_eq!(Algorithm::from_raw(1000), Algorithm::Other(1000));
+        assert_eq!(Algorithm::Other(1000).raw(), 1000);
+        assert_eq!(plan_options(None).algorithm, sys::SSU_ALGORITHM_AUTO);
+        assert_eq!(
+            plan_options(Some(Algorithm::CudaPipelined)).algorithm,
+            sys::SSU_ALGORITHM_CUDA_PIPELINED
+        );
     }
 }

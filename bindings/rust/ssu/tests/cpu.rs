@@ -1,6 +1,6 @@
 //! The safe crate on the CPU backend, against a float64 reference.
 
-use ssu::{Backend, Bf16, Context, DType, Tensor, TensorMut, UpdateArgs, F16};
+use ssu::{Algorithm, Backend, Bf16, Context, DType, Tensor, TensorMut, UpdateArgs, F16};
 
 /// Deterministic values in [-1, 1) (splitmix64).
 struct Rng(u64);
@@ -171,6 +171,35 @@ fn single_token_with_padding_and_dst() {
         let r = s * H * P * N..(s + 1) * H * P * N;
         assert!(state[r.clone()].iter().zip(&inp.state[r]).all(|(a, b)| a.to_bits() == b.to_bits()), "slot {s}");
     }
+}
+
+#[test]
+fn pinned_algorithms_on_the_cpu() {
+    let ctx = Context::new(Backend::Cpu, 0, 1).unwrap();
+    let bt = 2;
+    let inp = inputs(bt, 13);
+    let mut state = inp.state.clone();
+    let mut out = vec![0f32; bt * H * P];
+    let args = UpdateArgs::new(
+        TensorMut::new(&mut state, &dims(&[S, H, P, N])).unwrap(),
+        Tensor::new(&inp.x, &dims(&[bt, H, P])).unwrap(),
+        Tensor::new(&inp.dt, &dims(&[bt, H])).unwrap(),
+        Tensor::new(&inp.a, &dims(&[H])).unwrap(),
+        Tensor::new(&inp.b, &dims(&[bt, 1, N])).unwrap(),
+        Tensor::new(&inp.c, &dims(&[bt, 1, N])).unwrap(),
+        TensorMut::new(&mut out, &dims(&[bt, H, P])).unwrap(),
+    );
+    let plan = ctx.plan_update(&args, Some(Algorithm::CpuRows)).expect("cpu_rows");
+    let info = plan.info().unwrap();
+    assert_eq!(info.algorithm, Algorithm::CpuRows);
+    assert_eq!(info.algorithm_name, "cpu_rows");
+    // The CUDA algorithms are refused by the CPU backend, each by its own code.
+    for alg in [Algorithm::CudaSimple, Algorithm::CudaTma, Algorithm::CudaPipelined] {
+        let err = ctx.plan_update(&args, Some(alg)).err().expect("a CUDA algorithm on the CPU");
+        assert_eq!(err.status(), ssu::sys::SSU_ERROR_ALGORITHM_UNAVAILABLE, "{alg:?}: {err}");
+    }
+    let err = ctx.plan_update(&args, Some(Algorithm::CudaPipelined)).err().unwrap();
+    assert!(err.to_string().contains("cuda_pipelined"), "{err}");
 }
 
 #[test]
