@@ -1,4 +1,4 @@
-// The pipelined single-token update (algorithm cuda_pipelined): persistent
+// The pipelined update (algorithm cuda_pipelined): persistent
 // blocks, each walking work items (sequence, head, row tile) with a stride of
 // the grid size, with a two-stage shared-memory ring. While a block computes
 // item i from one stage, the state tile of item i+1 is already in flight into
@@ -8,12 +8,13 @@
 // load -> compute -> store phases of a block that owns one tile.
 //
 // Scope (the host checks it; everything else runs on ssu_update.cu):
-// one token per sequence (no varlen, per-token stores or intermediate
-// buffer), per-head A and step size (Mamba-2), per-head or no D, state rows
-// of N = lanes_per_row * VEC elements (one 16-byte chunk per lane,
-// lanes_per_row a power of two), 16-byte aligned state rows. Every state
-// format: f32, f16 and bf16 (round to nearest or stochastic) and int16 with
-// row scales. The state step is the canonical one of ssu_math.h, so the
+// one token per sequence, or (f32 / f16 / bf16 states rounded to nearest)
+// up to 8 tokens with the final-state store only; no varlen, per-token
+// stores or intermediate buffer; per-head A and step size (Mamba-2),
+// per-head or no D, state rows of N = lanes_per_row * VEC elements (one
+// 16-byte chunk per lane, lanes_per_row a power of two), 16-byte aligned
+// state rows. With one token every state format: f32, f16 and bf16 (round
+// to nearest or stochastic) and int16 with row scales. The state step is the canonical one of ssu_math.h, so the
 // stored bits equal the CPU backend's and the simple kernels'.
 //
 // Included by ssu_kernels.cu after ssu_update.cu, whose helpers it uses.
@@ -39,12 +40,13 @@ struct PipeRaw {
 };
 
 // An item's small operands in registers between their load and their
-// staging: B and C ([B | C], 2N <= 4*128 values) and x and z ([x | z],
-// 2*rows <= 4*128 values), as loaded, and (thread 0) the per-head scalars.
-template <typename IT>
+// staging: B and C ([B | C] of every token, 2*T*N <= OPS*128 values) and x
+// and z ([x | z] of every token, 2*T*rows <= OPS*128 values), as loaded;
+// thread t < T holds token t's step size and the per-head scalars.
+template <typename IT, int OPS>
 struct PipeOps {
-  IT bc[4];
-  IT xz[4];
+  IT bc[OPS];
+  IT xz[OPS];
   float dt, A, D, bias;
 };
 
@@ -123,11 +125,11 @@ struct PipeStage {
 };
 
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
-// into stage `st`, the operands into registers.
-template <typename ST, typename IT>
+// into stage `st`, the operands into registers. T: tokens per sequence.
+template <typename ST, typename IT, int OPS>
 __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                            const PipeSlots& sl, const PipeStage<ST>& st,
-                                           PipeOps<IT>& ops) {
+                                           PipeOps<IT, OPS>& ops, int T) {
   constexpr int VEC = 16 / sizeof(ST);
   const ssu_update_params& p = L.p;
   const int tid = threadIdx.x;
@@ -146,17 +148,24 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const IT* xb = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
   const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
   const bool has_z = p.features & SSU_F_HAS_Z;
+  const int TN = T * N, TR = T * it.rows;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < OPS; ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
-    if (j < N) ops.bc[k] = __ldg(Bb + j);
-    else if (j < 2 * N) ops.bc[k] = __ldg(Cb + (j - N));
-    const int rows = it.rows;
-    if (j < rows) ops.xz[k] = __ldg(xb + j);
-    else if (has_z && j < 2 * rows) ops.xz[k] = __ldg(zb + (j - rows));
+    if (j < 2 * TN) {
+      const int jj = j < TN ? j : j - TN;
+      const int t = jj / N, n = jj - t * N;
+      ops.bc[k] = j < TN ? __ldg(Bb + t * p.B_stride_t + n) : __ldg(Cb + t * p.C_stride_t + n);
+    }
+    if (j < TR || (has_z && j < 2 * TR)) {
+      const int jj = j < TR ? j : j - TR;
+      const int t = jj / it.rows, r = jj - t * it.rows;
+      ops.xz[k] = j < TR ? __ldg(xb + t * p.x_stride_t + r) : __ldg(zb + t * p.z_stride_t + r);
+    }
   }
-  if (tid == 0) {
-    ops.dt = load_param(p.dt, p.dt_dtype, it.b * p.dt_stride_b + it.h * p.dt_stride_h);
+  if (tid < T) {
+    ops.dt = load_param(p.dt, p.dt_dtype,
+                        it.b * p.dt_stride_b + tid * p.dt_stride_t + it.h * p.dt_stride_h);
     ops.bias = (p.features & SSU_F_HAS_DT_BIAS)
                    ? load_param(p.dt_bias, p.dt_bias_dtype, it.h * p.dt_bias_stride_h)
                    : 0.f;
@@ -165,33 +174,34 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   }
 }
 
-// Writes an item's operands (fp32, z through silu, the step size and decay
-// as the simple kernels compute them) into its stage.
-template <typename ST, typename IT>
+// Writes an item's operands into its stage: fp32 B [T][N], C [T][N], x
+// [T][rows], silu(z) [T][rows], and per token the step size and decay as
+// the simple kernels compute them (scal[2t], scal[2t+1]), then D (scal[2T]).
+template <typename ST, typename IT, int OPS>
 __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                                const PipeSlots& sl, const PipeStage<ST>& st,
-                                               const PipeOps<IT>& ops) {
+                                               const PipeOps<IT, OPS>& ops, int T) {
   const ssu_update_params& p = L.p;
   const int tid = threadIdx.x;
   if (sl.src < 0) return;
   const int N = static_cast<int>(p.dstate);
   const bool has_z = p.features & SSU_F_HAS_Z;
+  const int TN = T * N, TR = T * it.rows;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < OPS; ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
-    if (j < N) st.B[j] = to_f32(ops.bc[k]);
-    else if (j < 2 * N) st.C[j - N] = to_f32(ops.bc[k]);
-    const int rows = it.rows;
-    if (j < rows) st.x[j] = to_f32(ops.xz[k]);
-    else if (has_z && j < 2 * rows) st.z[j - rows] = silu(to_f32(ops.xz[k]));
+    if (j < TN) st.B[j] = to_f32(ops.bc[k]);
+    else if (j < 2 * TN) st.C[j - TN] = to_f32(ops.bc[k]);
+    if (j < TR) st.x[j] = to_f32(ops.xz[k]);
+    else if (has_z && j < 2 * TR) st.z[j - TR] = silu(to_f32(ops.xz[k]));
   }
-  if (tid == 0) {
+  if (tid < T) {
     float dt = ops.dt;
     if (p.features & SSU_F_HAS_DT_BIAS) dt += ops.bias;
     if (p.features & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
-    st.scal[0] = dt;
-    st.scal[1] = ssu_math::exp(ops.A * dt);
-    st.scal[2] = ops.D;
+    st.scal[2 * tid] = dt;
+    st.scal[2 * tid + 1] = ssu_math::exp(ops.A * dt);
+    if (tid == 0) st.scal[2 * T] = ops.D;
   }
 }
 
@@ -261,12 +271,14 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
   return enc;
 }
 
-// Computes an item from its stage: one row per lane group at a time, the
-// lane's B and C columns in registers for the whole tile.
-template <typename ST, typename IT, bool SR>
+// Computes an item from its stage: one row per lane group at a time. With
+// one token the lane's B and C columns stay in registers for the whole
+// tile; with T > 1 (MT) a row's state stays in registers across the tokens
+// and each token's B and C columns come from shared memory.
+template <typename ST, typename IT, bool SR, bool MT>
 __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                              const PipeSlots& sl, const PipeStage<ST>& st,
-                                             uint64_t seed, const PipeKeys& keys) {
+                                             uint64_t seed, const PipeKeys& keys, int T) {
   constexpr int VEC = 16 / sizeof(ST);
   constexpr bool QUANT = std::is_same<ST, int16_t>::value;
   const ssu_update_params& p = L.p;
@@ -277,7 +289,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   const int ngrp = SSU_CUDA_THREADS / lpr;
   IT* const out = static_cast<IT*>(p.out) + it.b * p.out_stride_b + it.h * p.out_stride_h + it.r0;
   if (sl.src < 0) {
-    for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) out[r] = from_f32<IT>(0.f);
+    for (int i = tid; i < T * it.rows; i += SSU_CUDA_THREADS) {
+      const int t = MT ? i / it.rows : 0;
+      out[t * p.out_stride_t + (i - t * it.rows)] = from_f32<IT>(0.f);
+    }
     return;
   }
   const int N = static_cast<int>(p.dstate);
@@ -290,7 +305,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
     Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
   }
-  const float dt = st.scal[0], dA = st.scal[1], Dh = st.scal[2];
+  const float dt = st.scal[0], dA = st.scal[1], Dh = st.scal[2 * T];
   const bool has_z = p.features & SSU_F_HAS_Z;
   const int64_t row0 = it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;  // in a slot
   ST* const dst = sl.dst >= 0 ? static_cast<ST*>(p.state) + sl.dst * p.state_stride_slot + row0
@@ -317,19 +332,49 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
 #pragma unroll
       for (int v = 0; v < VEC; ++v) hs[v] = QUANT ? to_f32(c.e[v]) * rs : to_f32(c.e[v]);
     }
-    const float xv = st.x[r];
-    const float dtx = dt * xv;
-    float acc = 0.f;
+    if constexpr (!MT) {
+      const float xv = st.x[r];
+      const float dtx = dt * xv;
+      float acc = 0.f;
 #pragma unroll
-    for (int v = 0; v < VEC; ++v) {
-      hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
-      acc = fmaf(hs[v], Cv[v], acc);
-    }
-    for (int off = lpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (rv && lane_r == 0) {
-      float y = acc + Dh * xv;
-      if (has_z) y *= st.z[r];
-      out[r] = from_f32<IT>(y);
+      for (int v = 0; v < VEC; ++v) {
+        hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
+        acc = fmaf(hs[v], Cv[v], acc);
+      }
+      for (int off = lpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (rv && lane_r == 0) {
+        float y = acc + Dh * xv;
+        if (has_z) y *= st.z[r];
+        out[r] = from_f32<IT>(y);
+      }
+    } else {
+#pragma unroll 1
+      for (int t = 0; t < T; ++t) {
+        const float xv = st.x[t * it.rows + r];
+        const float dAt = st.scal[2 * t + 1];
+        const float dtx = st.scal[2 * t] * xv;
+        const float* Bt = st.B + t * N + n0;
+        const float* Ct = st.C + t * N + n0;
+        float acc = 0.f;
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) {
+          const float4 b4 = *reinterpret_cast<const float4*>(Bt + v);
+          const float4 c4 = *reinterpret_cast<const float4*>(Ct + v);
+          const float bb[4] = {b4.x, b4.y, b4.z, b4.w}, cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            hs[v + j] = hs[v + j] * dAt + bb[j] * dtx;
+            acc = fmaf(hs[v + j], cc[j], acc);
+          }
+        }
+        for (int off = lpr >> 1; off > 0; off >>= 1)
+          acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        if (rv && lane_r == 0) {
+          float y = acc + Dh * xv;
+          if (has_z) y *= st.z[t * it.rows + r];
+          out[t * p.out_stride_t + r] = from_f32<IT>(y);
+        }
+      }
     }
     if (dst) {  // block-uniform
       Chunk<ST, VEC> c;
@@ -363,15 +408,16 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   }
 }
 
-template <typename ST, typename IT, bool SR>
+template <typename ST, typename IT, bool SR, bool MT>
 __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
+  constexpr int OPS = MT ? 8 : 4;
   const ssu_update_params& p = L.p;
   const int64_t items = L.items;
   const int64_t stride = gridDim.x;
+  const int T = MT ? static_cast<int>(p.ntokens) : 1;
   const uint64_t seed = SR ? *p.sr_seed : 0;
   const PipeKeys keys = pipe_keys(seed);
-
-  PipeOps<IT> ops;
+  PipeOps<IT, OPS> ops;
 
   // Prologue: the first item's loads (its indices waited for), the second
   // item's indices requested.
@@ -380,9 +426,9 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
   {
     const PipeStage<ST> first(L, 0);
-    pipe_issue<ST, IT>(L, cur, cur_sl, first, ops);
+    pipe_issue<ST, IT, OPS>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    pipe_stage_ops<ST, IT>(L, cur, cur_sl, first, ops);
+    pipe_stage_ops<ST, IT, OPS>(L, cur, cur_sl, first, ops, T);
   }
   PipeRaw next_raw{0, 0};
   if (item + stride < items) next_raw = pipe_load_indices(p, pipe_item(L, item + stride).b);
@@ -398,14 +444,14 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
-      pipe_issue<ST, IT>(L, nxt, nxt_sl, there, ops);
+      pipe_issue<ST, IT, OPS>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item(L, nitem + stride).b);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     __syncthreads();
-    pipe_compute<ST, IT, SR>(L, cur, cur_sl, here, seed, keys);
-    if (nitem < items) pipe_stage_ops<ST, IT>(L, nxt, nxt_sl, there, ops);
+    pipe_compute<ST, IT, SR, MT>(L, cur, cur_sl, here, seed, keys, T);
+    if (nitem < items) pipe_stage_ops<ST, IT, OPS>(L, nxt, nxt_sl, there, ops, T);
     cur = nxt;
     cur_sl = nxt_sl;
   }
@@ -417,20 +463,24 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 // At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
 // tile also allow); int16 rows (the row maximum) may use 102 (5 blocks)
 // and the stochastic kernels 128 (4 blocks) instead of spilling.
-#define SSU_PIPE_KERNEL(name, ST, IT, SR)                                         \
+#define SSU_PIPE_KERNEL(name, ST, IT, SR, MT)                                     \
   extern "C" __global__ void __launch_bounds__(                                   \
       SSU_CUDA_THREADS, SR ? 4 : std::is_same<ST, int16_t>::value ? 5 : 6)        \
-      name(const __grid_constant__ ssu_cuda_pipe_launch launch) {               \
-    pipe_body<ST, IT, SR>(launch);                                              \
+      name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
+    pipe_body<ST, IT, SR, MT>(launch);                                            \
   }
-#define SSU_PIPE_KERNELS_FOR(sname, ST, SR, suffix)                       \
-  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f32##suffix, ST, float, SR)          \
-  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f16##suffix, ST, f16, SR)            \
-  SSU_PIPE_KERNEL(ssu_pipe_##sname##_bf16##suffix, ST, bf16, SR)
+#define SSU_PIPE_KERNELS_FOR(sname, ST, SR, MT, suffix)                   \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f32##suffix, ST, float, SR, MT)      \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f16##suffix, ST, f16, SR, MT)        \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_bf16##suffix, ST, bf16, SR, MT)
 
-SSU_PIPE_KERNELS_FOR(f32, float, false, )
-SSU_PIPE_KERNELS_FOR(f16, f16, false, )
-SSU_PIPE_KERNELS_FOR(bf16, bf16, false, )
-SSU_PIPE_KERNELS_FOR(i16, int16_t, false, )
-SSU_PIPE_KERNELS_FOR(f16, f16, true, _sr)
-SSU_PIPE_KERNELS_FOR(bf16, bf16, true, _sr)
+SSU_PIPE_KERNELS_FOR(f32, float, false, false, )
+SSU_PIPE_KERNELS_FOR(f16, f16, false, false, )
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, false, )
+SSU_PIPE_KERNELS_FOR(i16, int16_t, false, false, )
+SSU_PIPE_KERNELS_FOR(f16, f16, true, false, _sr)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, true, false, _sr)
+// Several tokens per sequence (final-state store), round to nearest.
+SSU_PIPE_KERNELS_FOR(f32, float, false, true, _mt)
+SSU_PIPE_KERNELS_FOR(f16, f16, false, true, _mt)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, true, _mt)

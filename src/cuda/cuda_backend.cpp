@@ -196,6 +196,18 @@ class CudaBackend final : public Backend {
                   "cuFuncSetAttribute");
             pipe_fn_[s][i][sr] = fn;
             pipe_regs_blocks_[s][i][sr] = blocks_by_registers(fn);
+            if (s < 3 && !sr) {  // several tokens: f32 / f16 / bf16, round to nearest
+              const CUfunction mt = load_function(
+                  format("ssu_pipe_%s_%s_mt", kDtypeNames[s], kDtypeNames[i]).c_str());
+              check(d_, d_.FuncSetAttribute(mt, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            max_smem_),
+                    "cuFuncSetAttribute");
+              check(d_, d_.FuncSetAttribute(mt, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                            CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+                    "cuFuncSetAttribute");
+              pipe_mt_fn_[s][i] = mt;
+              pipe_mt_regs_blocks_[s][i] = blocks_by_registers(mt);
+            }
           }
       if (const char* e = std::getenv("SSU_CUDA_PIPE_TILE")) {
         const long v = std::strtol(e, nullptr, 10);
@@ -429,7 +441,11 @@ class CudaBackend final : public Backend {
   // or why not.
   static const char* pipe_form(const ssu_update_params& p) {
     const uint32_t f = p.features;
-    if (p.ntokens != 1 || (f & SSU_F_VARLEN)) return "it runs one token per sequence";
+    if (f & SSU_F_VARLEN) return "it takes no variable-length sequences";
+    if (p.ntokens > 1 && (p.state_dtype == SSU_DTYPE_I16 || (f & SSU_F_STOCHASTIC)))
+      return "with several tokens it stores f32, f16 and bf16 states rounded to nearest";
+    if (p.ntokens > kPipeMaxTokens || p.ntokens * p.dstate > kPipeMaxTokenStates)
+      return "it takes at most 8 tokens and ntokens*dstate <= 512";
     if (f & (SSU_F_DST_PER_TOKEN | SSU_F_HAS_INTER | SSU_F_HAS_ACCEPTED))
       return "it has no per-token stores, intermediate states or accepted-token counts";
     if ((f & SSU_F_A_PER_CHANNEL) || p.dt_stride_p != 0 ||
@@ -459,19 +475,19 @@ class CudaBackend final : public Backend {
   // Fills the stage layout of `L` for tiles of `rows` rows; returns the
   // shared memory of a block (two stages).
   static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
-    const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+    const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
     int64_t o = align16(rows * N * sb);
     auto put = [&](int64_t bytes) {
       const int64_t at = o;
       o = align16(o + bytes);
       return static_cast<int32_t>(at);
     };
-    L->off_B = put(N * 4);
-    L->off_C = put(N * 4);
-    L->off_x = put(int64_t(rows) * 4);
-    L->off_z = put((p.features & SSU_F_HAS_Z) ? int64_t(rows) * 4 : 0);
+    L->off_B = put(T * N * 4);
+    L->off_C = put(T * N * 4);
+    L->off_x = put(T * rows * 4);
+    L->off_z = put((p.features & SSU_F_HAS_Z) ? T * rows * 4 : 0);
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
-    L->off_scal = put(16);
+    L->off_scal = put((2 * T + 1) * 4);
     L->stage_bytes = static_cast<int32_t>(o);
     return 2 * o;
   }
@@ -492,16 +508,22 @@ class CudaBackend final : public Backend {
     const int64_t bh = p.batch * p.nheads;
     // Tiles of pipe_tile_bytes_ (at most 256 rows), halved while the items
     // would not give every resident block two of them (small batches).
+    // Operand registers: 2*T*rows values over the block's threads (4 per
+    // thread with one token, 8 with several).
+    const bool mt = p.ntokens > 1;
+    const int64_t max_rows = mt ? 4 * SSU_CUDA_THREADS / p.ntokens : 2 * SSU_CUDA_THREADS;
+    if (max_rows < groups) return false;
+    const CUfunction fn = mt ? pipe_mt_fn_[si][ii] : pipe_fn_[si][ii][sr];
+    const int by_regs = mt ? pipe_mt_regs_blocks_[si][ii] : pipe_regs_blocks_[si][ii][sr];
+    if (!fn) fail(SSU_ERROR_INTERNAL, "no pipelined CUDA kernel for this state dtype");
     int rows = static_cast<int>(std::min<int64_t>(
-        {int64_t(P), 256, std::max<int64_t>(groups, pipe_tile_bytes_ / (int64_t(N) * sb))}));
+        {int64_t(P), max_rows, std::max<int64_t>(groups, pipe_tile_bytes_ / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
-        1, std::min<int64_t>(pipe_regs_blocks_[si][ii][sr],
-                             smem_per_sm_ / (pipe_layout(p, rows, &L) + 1024)));
+        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + 1024)));
     if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < resident * sms_) return false;
     for (;;) {
       const int64_t smem = pipe_layout(p, rows, &L);
-      resident = std::max<int64_t>(
-          1, std::min<int64_t>(pipe_regs_blocks_[si][ii][sr], smem_per_sm_ / (smem + 1024)));
+      resident = std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem + 1024)));
       const int64_t items = bh * ((P + rows - 1) / rows);
       if (rows <= groups || items >= 2 * resident * sms_) break;
       rows = std::max(groups, rows / 2);
@@ -518,7 +540,7 @@ class CudaBackend final : public Backend {
            static_cast<long long>(bh));
     const int64_t grid = std::min<int64_t>({L.items, resident * sms_, pipe_max_blocks_});
     void* args[] = {&L};
-    launch(pipe_fn_[si][ii][sr], static_cast<unsigned>(grid), SSU_CUDA_THREADS,
+    launch(fn, static_cast<unsigned>(grid), SSU_CUDA_THREADS,
            static_cast<unsigned>(smem), stream, args);
     return true;
   }
@@ -612,6 +634,10 @@ class CudaBackend final : public Backend {
   CUfunction fn_[kStateDtypes][3][kNumVariants][2] = {};
   CUfunction pipe_fn_[kStateDtypes][3][2] = {};
   int pipe_regs_blocks_[kStateDtypes][3][2] = {};
+  CUfunction pipe_mt_fn_[3][3] = {};
+  int pipe_mt_regs_blocks_[3][3] = {};
+  static constexpr int64_t kPipeMaxTokens = 8;
+  static constexpr int64_t kPipeMaxTokenStates = 512;  // ntokens*dstate: 8 operands per thread
   // Tuning and test knobs (environment, read at context creation):
   // SSU_CUDA_PIPE_TILE (state bytes per tile) and SSU_CUDA_PIPE_MAX_BLOCKS
   // (a cap on the grid, so that every block walks several items).

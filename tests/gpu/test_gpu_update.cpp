@@ -130,6 +130,12 @@ TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
       m.batch = 64;
       m.seed = seed++;
       cases.push_back(m);
+      UpdateCase f = c;  // multi-token, final state only (the pipelined kernels)
+      f.multi(4);
+      f.batch = 128;
+      f.seed = seed++;
+      f.tag = "large_batch_multi_final";
+      cases.push_back(f);
     }
   // The default serving shape at batch 512; odd strides force the general path.
   for (uint32_t layout : {uint32_t(kDense), uint32_t(kPadded), uint32_t(kOddPadded)})
