@@ -51,19 +51,33 @@ typedef struct ssu_cuda_update_launch {
  * stages of `stage_bytes` each; within a stage the state tile sits at offset
  * 0 and the fp32 operands at the offsets below.
  */
+/* n / d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2^31 */
+typedef struct ssu_cuda_fastdiv {
+  uint32_t magic, shift;
+} ssu_cuda_fastdiv;
+
 typedef struct ssu_cuda_pipe_launch {
   ssu_update_params p;
   int64_t items;
+  ssu_cuda_fastdiv div_tiles;           /* by tiles_per_head            */
+  ssu_cuda_fastdiv div_heads;           /* by nheads                    */
+  ssu_cuda_fastdiv div_heads_per_group; /* by heads_per_group           */
+  ssu_cuda_fastdiv div_items_per_seq;   /* by nheads * tiles_per_head   */
+  int32_t log2_dstate;      /* dstate is a power of two here              */
+  int32_t row_stride;       /* x / z stride per token in a stage: the power
+                               of two >= rows_per_tile                    */
+  int32_t log2_row_stride;
+  int32_t reserved0;
   int32_t lanes_per_row;  /* N / (16 / sizeof(state)), a power of two <= 32 */
   int32_t rows_per_tile;  /* <= 256                                         */
   int32_t tiles_per_head;
   int32_t stage_bytes;
-  int32_t off_B;     /* f32 [N]                                  */
-  int32_t off_C;     /* f32 [N]                                  */
-  int32_t off_x;     /* f32 [rows]                               */
-  int32_t off_z;     /* f32 [rows], silu(z)                      */
+  int32_t off_B;     /* f32 [T][N]                               */
+  int32_t off_C;     /* f32 [T][N]                               */
+  int32_t off_x;     /* f32 [T][row_stride]                      */
+  int32_t off_z;     /* f32 [T][row_stride], silu(z)             */
   int32_t off_scale; /* f32 [rows], int16 decode scales          */
-  int32_t off_scal;  /* f32 [4]: step size, exp(A*dt), D         */
+  int32_t off_scal;  /* f32 [2T+1]: per token step size and exp(A*dt), then D */
 } ssu_cuda_pipe_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -27,6 +27,22 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 
+// The sum of `v` over a row's `lpr` lanes (a power of two <= 32): five
+// unrolled levels, each taken or skipped by the whole grid (lpr is uniform),
+// instead of a loop with a run-time trip count.
+__device__ __forceinline__ float pipe_row_sum(float v, int lpr) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    if (off < lpr) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// n / d for 0 <= n < 2^31 through the host's magic number (ssu_cuda_fastdiv).
+__device__ __forceinline__ int pipe_div(int n, const ssu_cuda_fastdiv& d) {
+  const unsigned t = __umulhi(static_cast<unsigned>(n), d.magic);
+  return static_cast<int>((t + static_cast<unsigned>(n)) >> d.shift);
+}
+
 // Where an item's state comes from and goes to. src < 0: padding (zero
 // outputs, no pool touched); dst < 0: no store.
 struct PipeSlots {
@@ -57,19 +73,22 @@ struct PipeItem {
 };
 
 __device__ __forceinline__ PipeItem pipe_item(const ssu_cuda_pipe_launch& L, int64_t item) {
-  const ssu_update_params& p = L.p;
   PipeItem it;
   const int i32 = static_cast<int>(item);
-  const int bh = i32 / L.tiles_per_head;
+  const int bh = pipe_div(i32, L.div_tiles);
   const int tile = i32 - bh * L.tiles_per_head;
-  const int H = static_cast<int>(p.nheads);
-  it.b = bh / H;
-  it.h = bh - it.b * H;
-  it.g = it.h / static_cast<int>(p.heads_per_group);
+  it.b = pipe_div(bh, L.div_heads);
+  it.h = bh - it.b * static_cast<int>(L.p.nheads);
+  it.g = pipe_div(it.h, L.div_heads_per_group);
   it.r0 = tile * L.rows_per_tile;
-  it.rows = min(static_cast<int>(p.dim) - it.r0, L.rows_per_tile);
+  it.rows = min(static_cast<int>(L.p.dim) - it.r0, L.rows_per_tile);
   it.reporter = it.h == 0 && tile == 0 && threadIdx.x == 0;
   return it;
+}
+
+// The sequence of an item (for loading its indices ahead).
+__device__ __forceinline__ int pipe_item_seq(const ssu_cuda_pipe_launch& L, int64_t item) {
+  return pipe_div(static_cast<int>(item), L.div_items_per_seq);
 }
 
 __device__ __forceinline__ PipeRaw pipe_load_indices(const ssu_update_params& p, int64_t b) {
@@ -148,20 +167,20 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const IT* xb = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
   const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
   const bool has_z = p.features & SSU_F_HAS_Z;
-  const int TN = T * N, TR = T * it.rows;
+  const int TN = T * N, TR = T * L.row_stride;
 #pragma unroll
   for (int k = 0; k < OPS; ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
     if (j < 2 * TN) {
       const int jj = j < TN ? j : j - TN;
-      const int t = jj / N, n = jj - t * N;
+      const int t = jj >> L.log2_dstate, n = jj & (N - 1);
       ops.bc[k] = j < TN ? __ldg(Bb + t * p.B_stride_t + n) : __ldg(Cb + t * p.C_stride_t + n);
     }
-    if (j < TR || (has_z && j < 2 * TR)) {
-      const int jj = j < TR ? j : j - TR;
-      const int t = jj / it.rows, r = jj - t * it.rows;
+    // x and z of token t at [t * R + r] (R = L.row_stride, a power of two).
+    const int jj = j < TR ? j : j - TR;
+    const int t = jj >> L.log2_row_stride, r = jj & (L.row_stride - 1);
+    if (r < it.rows && (j < TR || (has_z && j < 2 * TR)))
       ops.xz[k] = j < TR ? __ldg(xb + t * p.x_stride_t + r) : __ldg(zb + t * p.z_stride_t + r);
-    }
   }
   if (tid < T) {
     ops.dt = load_param(p.dt, p.dt_dtype,
@@ -186,14 +205,17 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
   if (sl.src < 0) return;
   const int N = static_cast<int>(p.dstate);
   const bool has_z = p.features & SSU_F_HAS_Z;
-  const int TN = T * N, TR = T * it.rows;
+  const int TN = T * N, TR = T * L.row_stride;
 #pragma unroll
   for (int k = 0; k < OPS; ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
     if (j < TN) st.B[j] = to_f32(ops.bc[k]);
     else if (j < 2 * TN) st.C[j - TN] = to_f32(ops.bc[k]);
-    if (j < TR) st.x[j] = to_f32(ops.xz[k]);
-    else if (has_z && j < 2 * TR) st.z[j - TR] = silu(to_f32(ops.xz[k]));
+    const int r = (j < TR ? j : j - TR) & (L.row_stride - 1);
+    if (r < it.rows) {
+      if (j < TR) st.x[j] = to_f32(ops.xz[k]);
+      else if (has_z && j < 2 * TR) st.z[j - TR] = silu(to_f32(ops.xz[k]));
+    }
   }
   if (tid < T) {
     float dt = ops.dt;
@@ -264,7 +286,9 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
   uint32_t m = 0;
 #pragma unroll
   for (int e = 0; e < E; ++e) m = max(m, __float_as_uint(hs[e]) & 0x7fffffffu);
-  for (int off = lpr >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    if (off < lpr) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
   const float enc = ssu_math::int16_encode_factor(__uint_as_float(m));
   // A tiny nonzero maximum gives an infinite factor (0 * enc is NaN there).
   *finite = m < 0x7f800000u && enc < 3.0e38f;
@@ -341,7 +365,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
         acc = fmaf(hs[v], Cv[v], acc);
       }
-      for (int off = lpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      acc = pipe_row_sum(acc, lpr);
       if (rv && lane_r == 0) {
         float y = acc + Dh * xv;
         if (has_z) y *= st.z[r];
@@ -350,7 +374,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     } else {
 #pragma unroll 1
       for (int t = 0; t < T; ++t) {
-        const float xv = st.x[t * it.rows + r];
+        const float xv = st.x[t * L.row_stride + r];
         const float dAt = st.scal[2 * t + 1];
         const float dtx = st.scal[2 * t] * xv;
         const float* Bt = st.B + t * N + n0;
@@ -367,11 +391,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
             acc = fmaf(hs[v + j], cc[j], acc);
           }
         }
-        for (int off = lpr >> 1; off > 0; off >>= 1)
-          acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        acc = pipe_row_sum(acc, lpr);
         if (rv && lane_r == 0) {
           float y = acc + Dh * xv;
-          if (has_z) y *= st.z[t * it.rows + r];
+          if (has_z) y *= st.z[t * L.row_stride + r];
           out[t * p.out_stride_t + r] = from_f32<IT>(y);
         }
       }
@@ -431,7 +454,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     pipe_stage_ops<ST, IT, OPS>(L, cur, cur_sl, first, ops, T);
   }
   PipeRaw next_raw{0, 0};
-  if (item + stride < items) next_raw = pipe_load_indices(p, pipe_item(L, item + stride).b);
+  if (item + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, item + stride));
 
 #pragma unroll 1
   for (int s = 0; item < items; item += stride, s ^= 1) {
@@ -445,7 +468,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
       pipe_issue<ST, IT, OPS>(L, nxt, nxt_sl, there, ops, T);
-      if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item(L, nitem + stride).b);
+      if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");

@@ -472,10 +472,25 @@ class CudaBackend final : public Backend {
     return std::max(1, std::min(16, 65536 / std::max(1, per_block)));
   }
 
+  // n / d through a multiply (see ssu_cuda_fastdiv), for 1 <= d < 2^31.
+  static ssu_cuda_fastdiv fastdiv(int64_t d) {
+    uint32_t l = 0;
+    while ((int64_t(1) << l) < d) ++l;
+    const uint64_t m = ((uint64_t(1) << 32) * ((uint64_t(1) << l) - uint64_t(d))) / uint64_t(d) + 1;
+    return ssu_cuda_fastdiv{static_cast<uint32_t>(m), l};
+  }
+  static int log2_exact(int64_t v) {
+    int l = 0;
+    while ((int64_t(1) << l) < v) ++l;
+    return l;
+  }
+
   // Fills the stage layout of `L` for tiles of `rows` rows; returns the
   // shared memory of a block (two stages).
   static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
     const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
+    L->row_stride = pow2_ceil(rows);
+    L->log2_row_stride = log2_exact(L->row_stride);
     int64_t o = align16(rows * N * sb);
     auto put = [&](int64_t bytes) {
       const int64_t at = o;
@@ -484,8 +499,8 @@ class CudaBackend final : public Backend {
     };
     L->off_B = put(T * N * 4);
     L->off_C = put(T * N * 4);
-    L->off_x = put(T * rows * 4);
-    L->off_z = put((p.features & SSU_F_HAS_Z) ? T * rows * 4 : 0);
+    L->off_x = put(T * L->row_stride * 4);
+    L->off_z = put((p.features & SSU_F_HAS_Z) ? T * L->row_stride * 4 : 0);
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
     L->off_scal = put((2 * T + 1) * 4);
     L->stage_bytes = static_cast<int32_t>(o);
@@ -508,10 +523,12 @@ class CudaBackend final : public Backend {
     const int64_t bh = p.batch * p.nheads;
     // Tiles of pipe_tile_bytes_ (at most 256 rows), halved while the items
     // would not give every resident block two of them (small batches).
-    // Operand registers: 2*T*rows values over the block's threads (4 per
-    // thread with one token, 8 with several).
+    // Operand registers: 2*T*R values (R: rows rounded up to a power of
+    // two) over the block's threads, 4 per thread with one token, 8 with
+    // several. max_rows is the largest power of two allowed.
     const bool mt = p.ntokens > 1;
-    const int64_t max_rows = mt ? 4 * SSU_CUDA_THREADS / p.ntokens : 2 * SSU_CUDA_THREADS;
+    int64_t max_rows = 1;
+    while (2 * p.ntokens * (max_rows * 2) <= (mt ? 8 : 4) * SSU_CUDA_THREADS) max_rows *= 2;
     if (max_rows < groups) return false;
     const CUfunction fn = mt ? pipe_mt_fn_[si][ii] : pipe_fn_[si][ii][sr];
     const int by_regs = mt ? pipe_mt_regs_blocks_[si][ii] : pipe_regs_blocks_[si][ii][sr];
@@ -535,7 +552,12 @@ class CudaBackend final : public Backend {
     L.rows_per_tile = rows;
     L.tiles_per_head = (P + rows - 1) / rows;
     L.items = bh * L.tiles_per_head;
-    if (L.items > INT32_MAX)
+    L.div_tiles = fastdiv(L.tiles_per_head);
+    L.div_heads = fastdiv(p.nheads);
+    L.div_heads_per_group = fastdiv(p.heads_per_group);
+    L.div_items_per_seq = fastdiv(p.nheads * L.tiles_per_head);
+    L.log2_dstate = log2_exact(N);
+    if (L.items > INT32_MAX || p.nheads * L.tiles_per_head > INT32_MAX)
       fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
            static_cast<long long>(bh));
     const int64_t grid = std::min<int64_t>({L.items, resident * sms_, pipe_max_blocks_});
