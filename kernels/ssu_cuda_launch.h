@@ -78,6 +78,10 @@ typedef struct ssu_cuda_pipe_launch {
   int32_t off_z;     /* f32 [T][row_stride], silu(z)             */
   int32_t off_scale; /* f32 [rows], int16 decode scales          */
   int32_t off_scal;  /* f32 [2T+1]: per token step size and exp(A*dt), then D */
+  int32_t off_A;       /* per-channel form: f32 [rows][N] A tile         */
+  int32_t off_dt_rows; /* per-channel form: f32 [rows] step size         */
+  int32_t off_D_rows;  /* per-channel form: f32 [rows] D                 */
+  int32_t reserved1;
 } ssu_cuda_pipe_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -11,7 +11,8 @@
 // one token per sequence, or (f32 / f16 / bf16 states rounded to nearest)
 // up to 8 tokens with the final-state store only; no varlen, per-token
 // stores or intermediate buffer; per-head A and step size (Mamba-2),
-// per-head or no D, state rows of N = lanes_per_row * VEC elements (one
+// per-head or no D, or (one token, round to nearest) per-channel A as dense
+// f32 rows with per-channel or per-head dt, dt_bias and D (Mamba-1); state rows of N = lanes_per_row * VEC elements (one
 // 16-byte chunk per lane, lanes_per_row a power of two), 16-byte aligned
 // state rows. With one token every state format: f32, f16 and bf16 (round
 // to nearest or stochastic) and int16 with row scales. The state step is the canonical one of ssu_math.h, so the
@@ -64,6 +65,8 @@ struct PipeOps {
   IT bc[OPS];
   IT xz[OPS];
   float dt, A, D, bias;
+  // Per-channel form: rows tid and tid + 128 of the tile (rows <= 256).
+  float dt_r[2], bias_r[2], D_r[2];
 };
 
 struct PipeItem {
@@ -130,6 +133,7 @@ template <typename ST>
 struct PipeStage {
   ST* state;
   float *B, *C, *x, *z, *scale, *scal;  // scal: step size, exp(A*dt), D
+  float *A, *dt_r, *D_r;                  // per-channel form
   __device__ __forceinline__ PipeStage(const ssu_cuda_pipe_launch& L, int s) {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* base = smem + s * L.stage_bytes;
@@ -140,12 +144,15 @@ struct PipeStage {
     z = reinterpret_cast<float*>(base + L.off_z);
     scale = reinterpret_cast<float*>(base + L.off_scale);
     scal = reinterpret_cast<float*>(base + L.off_scal);
+    A = reinterpret_cast<float*>(base + L.off_A);
+    dt_r = reinterpret_cast<float*>(base + L.off_dt_rows);
+    D_r = reinterpret_cast<float*>(base + L.off_D_rows);
   }
 };
 
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
 // into stage `st`, the operands into registers. T: tokens per sequence.
-template <typename ST, typename IT, int OPS>
+template <typename ST, typename IT, int OPS, bool PC>
 __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                            const PipeSlots& sl, const PipeStage<ST>& st,
                                            PipeOps<IT, OPS>& ops, int T) {
@@ -182,6 +189,30 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
     if (r < it.rows && (j < TR || (has_z && j < 2 * TR)))
       ops.xz[k] = j < TR ? __ldg(xb + t * p.x_stride_t + r) : __ldg(zb + t * p.z_stride_t + r);
   }
+  if constexpr (PC) {
+    // The tile's per-channel A rows (dense f32, checked by the host), and
+    // each row's step size, bias and D.
+    const float* a = static_cast<const float*>(p.A) + it.h * p.A_stride_h +
+                     static_cast<int64_t>(it.r0) * N;
+    for (int c = tid; c < it.rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(st.A + 4 * c, a + 4 * c);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int r = tid + k * SSU_CUDA_THREADS;
+      if (r < it.rows) {
+        const int64_t row = it.r0 + r;
+        ops.dt_r[k] = load_param(p.dt, p.dt_dtype,
+                                 it.b * p.dt_stride_b + it.h * p.dt_stride_h + row * p.dt_stride_p);
+        ops.bias_r[k] = (p.features & SSU_F_HAS_DT_BIAS)
+                            ? load_param(p.dt_bias, p.dt_bias_dtype,
+                                         it.h * p.dt_bias_stride_h + row * p.dt_bias_stride_p)
+                            : 0.f;
+        ops.D_r[k] = (p.features & SSU_F_HAS_D)
+                         ? load_param(p.D, p.D_dtype, it.h * p.D_stride_h + row * p.D_stride_p)
+                         : 0.f;
+      }
+    }
+    return;
+  }
   if (tid < T) {
     ops.dt = load_param(p.dt, p.dt_dtype,
                         it.b * p.dt_stride_b + tid * p.dt_stride_t + it.h * p.dt_stride_h);
@@ -196,7 +227,7 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
 // Writes an item's operands into its stage: fp32 B [T][N], C [T][N], x
 // [T][rows], silu(z) [T][rows], and per token the step size and decay as
 // the simple kernels compute them (scal[2t], scal[2t+1]), then D (scal[2T]).
-template <typename ST, typename IT, int OPS>
+template <typename ST, typename IT, int OPS, bool PC>
 __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                                const PipeSlots& sl, const PipeStage<ST>& st,
                                                const PipeOps<IT, OPS>& ops, int T) {
@@ -216,6 +247,20 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
       if (j < TR) st.x[j] = to_f32(ops.xz[k]);
       else if (has_z && j < 2 * TR) st.z[j - TR] = silu(to_f32(ops.xz[k]));
     }
+  }
+  if constexpr (PC) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int r = tid + k * SSU_CUDA_THREADS;
+      if (r < it.rows) {
+        float dt = ops.dt_r[k];
+        if (p.features & SSU_F_HAS_DT_BIAS) dt += ops.bias_r[k];
+        if (p.features & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+        st.dt_r[r] = dt;
+        st.D_r[r] = ops.D_r[k];
+      }
+    }
+    return;
   }
   if (tid < T) {
     float dt = ops.dt;
@@ -299,7 +344,7 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
 // one token the lane's B and C columns stay in registers for the whole
 // tile; with T > 1 (MT) a row's state stays in registers across the tokens
 // and each token's B and C columns come from shared memory.
-template <typename ST, typename IT, bool SR, bool MT>
+template <typename ST, typename IT, bool SR, bool MT, bool PC>
 __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                              const PipeSlots& sl, const PipeStage<ST>& st,
                                              uint64_t seed, const PipeKeys& keys, int T) {
@@ -329,7 +374,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
     Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
   }
-  const float dt = st.scal[0], dA = st.scal[1], Dh = st.scal[2 * T];
+  const float dt = PC ? 0.f : st.scal[0], dA = PC ? 0.f : st.scal[1],
+              Dh = PC ? 0.f : st.scal[2 * T];
   const bool has_z = p.features & SSU_F_HAS_Z;
   const int64_t row0 = it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;  // in a slot
   ST* const dst = sl.dst >= 0 ? static_cast<ST*>(p.state) + sl.dst * p.state_stride_slot + row0
@@ -356,7 +402,30 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
 #pragma unroll
       for (int v = 0; v < VEC; ++v) hs[v] = QUANT ? to_f32(c.e[v]) * rs : to_f32(c.e[v]);
     }
-    if constexpr (!MT) {
+    if constexpr (PC) {
+      // Per-channel A: dA = exp(A[r][n] * dt[r]) per element.
+      const float xv = st.x[r];
+      const float dtr = st.dt_r[r];
+      const float dtx = dtr * xv;
+      float acc = 0.f;
+#pragma unroll
+      for (int v = 0; v < VEC; v += 4) {
+        const float4 a4 = *reinterpret_cast<const float4*>(st.A + r * N + n0 + v);
+        const float aa[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float dAv = ssu_math::exp(aa[j] * dtr);
+          hs[v + j] = hs[v + j] * dAv + Bv[v + j] * dtx;
+          acc = fmaf(hs[v + j], Cv[v + j], acc);
+        }
+      }
+      acc = pipe_row_sum(acc, lpr);
+      if (rv && lane_r == 0) {
+        float y = acc + st.D_r[r] * xv;
+        if (has_z) y *= st.z[r];
+        out[r] = from_f32<IT>(y);
+      }
+    } else if constexpr (!MT) {
       const float xv = st.x[r];
       const float dtx = dt * xv;
       float acc = 0.f;
@@ -431,8 +500,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   }
 }
 
-template <typename ST, typename IT, bool SR, bool MT>
+// MODE 0: one token, per-head A and step size; 1: several tokens (MT);
+// 2: one token, per-channel A, step size and D (PC, the Mamba-1 layout).
+template <typename ST, typename IT, bool SR, int MODE>
 __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
+  constexpr bool MT = MODE == 1, PC = MODE == 2;
   constexpr int OPS = MT ? 8 : 4;
   const ssu_update_params& p = L.p;
   const int64_t items = L.items;
@@ -449,9 +521,9 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
   {
     const PipeStage<ST> first(L, 0);
-    pipe_issue<ST, IT, OPS>(L, cur, cur_sl, first, ops, T);
+    pipe_issue<ST, IT, OPS, PC>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    pipe_stage_ops<ST, IT, OPS>(L, cur, cur_sl, first, ops, T);
+    pipe_stage_ops<ST, IT, OPS, PC>(L, cur, cur_sl, first, ops, T);
   }
   PipeRaw next_raw{0, 0};
   if (item + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, item + stride));
@@ -467,14 +539,14 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
-      pipe_issue<ST, IT, OPS>(L, nxt, nxt_sl, there, ops, T);
+      pipe_issue<ST, IT, OPS, PC>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     __syncthreads();
-    pipe_compute<ST, IT, SR, MT>(L, cur, cur_sl, here, seed, keys, T);
-    if (nitem < items) pipe_stage_ops<ST, IT, OPS>(L, nxt, nxt_sl, there, ops, T);
+    pipe_compute<ST, IT, SR, MT, PC>(L, cur, cur_sl, here, seed, keys, T);
+    if (nitem < items) pipe_stage_ops<ST, IT, OPS, PC>(L, nxt, nxt_sl, there, ops, T);
     cur = nxt;
     cur_sl = nxt_sl;
   }
@@ -486,24 +558,28 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 // At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
 // tile also allow); int16 rows (the row maximum) may use 102 (5 blocks)
 // and the stochastic kernels 128 (4 blocks) instead of spilling.
-#define SSU_PIPE_KERNEL(name, ST, IT, SR, MT)                                     \
+#define SSU_PIPE_KERNEL(name, ST, IT, SR, MODE)                                   \
   extern "C" __global__ void __launch_bounds__(                                   \
       SSU_CUDA_THREADS, SR ? 4 : std::is_same<ST, int16_t>::value ? 5 : 6)        \
       name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
-    pipe_body<ST, IT, SR, MT>(launch);                                            \
+    pipe_body<ST, IT, SR, MODE>(launch);                                          \
   }
-#define SSU_PIPE_KERNELS_FOR(sname, ST, SR, MT, suffix)                   \
-  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f32##suffix, ST, float, SR, MT)      \
-  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f16##suffix, ST, f16, SR, MT)        \
-  SSU_PIPE_KERNEL(ssu_pipe_##sname##_bf16##suffix, ST, bf16, SR, MT)
+#define SSU_PIPE_KERNELS_FOR(sname, ST, SR, MODE, suffix)                 \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f32##suffix, ST, float, SR, MODE)    \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_f16##suffix, ST, f16, SR, MODE)      \
+  SSU_PIPE_KERNEL(ssu_pipe_##sname##_bf16##suffix, ST, bf16, SR, MODE)
 
-SSU_PIPE_KERNELS_FOR(f32, float, false, false, )
-SSU_PIPE_KERNELS_FOR(f16, f16, false, false, )
-SSU_PIPE_KERNELS_FOR(bf16, bf16, false, false, )
-SSU_PIPE_KERNELS_FOR(i16, int16_t, false, false, )
-SSU_PIPE_KERNELS_FOR(f16, f16, true, false, _sr)
-SSU_PIPE_KERNELS_FOR(bf16, bf16, true, false, _sr)
+SSU_PIPE_KERNELS_FOR(f32, float, false, 0, )
+SSU_PIPE_KERNELS_FOR(f16, f16, false, 0, )
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 0, )
+SSU_PIPE_KERNELS_FOR(i16, int16_t, false, 0, )
+SSU_PIPE_KERNELS_FOR(f16, f16, true, 0, _sr)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, true, 0, _sr)
 // Several tokens per sequence (final-state store), round to nearest.
-SSU_PIPE_KERNELS_FOR(f32, float, false, true, _mt)
-SSU_PIPE_KERNELS_FOR(f16, f16, false, true, _mt)
-SSU_PIPE_KERNELS_FOR(bf16, bf16, false, true, _mt)
+SSU_PIPE_KERNELS_FOR(f32, float, false, 1, _mt)
+SSU_PIPE_KERNELS_FOR(f16, f16, false, 1, _mt)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 1, _mt)
+// Per-channel A, step size and D (Mamba-1), one token, round to nearest.
+SSU_PIPE_KERNELS_FOR(f32, float, false, 2, _pc)
+SSU_PIPE_KERNELS_FOR(f16, f16, false, 2, _pc)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 2, _pc)

@@ -207,6 +207,17 @@ class CudaBackend final : public Backend {
                     "cuFuncSetAttribute");
               pipe_mt_fn_[s][i] = mt;
               pipe_mt_regs_blocks_[s][i] = blocks_by_registers(mt);
+              // Per-channel A, dt and D (Mamba-1).
+              const CUfunction pc = load_function(
+                  format("ssu_pipe_%s_%s_pc", kDtypeNames[s], kDtypeNames[i]).c_str());
+              check(d_, d_.FuncSetAttribute(pc, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            max_smem_),
+                    "cuFuncSetAttribute");
+              check(d_, d_.FuncSetAttribute(pc, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                            CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+                    "cuFuncSetAttribute");
+              pipe_pc_fn_[s][i] = pc;
+              pipe_pc_regs_blocks_[s][i] = blocks_by_registers(pc);
             }
           }
       if (const char* e = std::getenv("SSU_CUDA_PIPE_TILE")) {
@@ -448,10 +459,16 @@ class CudaBackend final : public Backend {
       return "it takes at most 8 tokens and ntokens*dstate <= 512";
     if (f & (SSU_F_DST_PER_TOKEN | SSU_F_HAS_INTER | SSU_F_HAS_ACCEPTED))
       return "it has no per-token stores, intermediate states or accepted-token counts";
-    if ((f & SSU_F_A_PER_CHANNEL) || p.dt_stride_p != 0 ||
-        ((f & SSU_F_HAS_DT_BIAS) && p.dt_bias_stride_p != 0) ||
-        ((f & SSU_F_HAS_D) && p.D_stride_p != 0))
-      return "it takes per-head A, dt, dt_bias and D (the Mamba-2 layout)";
+    if (f & SSU_F_A_PER_CHANNEL) {
+      // The Mamba-1 layout: one token, dense f32 A rows, RN f32/f16/bf16 states.
+      if (p.ntokens != 1 || p.state_dtype == SSU_DTYPE_I16 || (f & SSU_F_STOCHASTIC) ||
+          p.A_dtype != SSU_DTYPE_F32 || p.A_stride_n != 1 || p.A_stride_p != p.dstate)
+        return "with per-channel A it takes one token, dense f32 A and f32, f16 or bf16 "
+               "states rounded to nearest";
+    } else if (p.dt_stride_p != 0 || ((f & SSU_F_HAS_DT_BIAS) && p.dt_bias_stride_p != 0) ||
+               ((f & SSU_F_HAS_D) && p.D_stride_p != 0)) {
+      return "with per-head A it takes per-head dt, dt_bias and D (the Mamba-2 layout)";
+    }
     const int sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
     const int64_t chunks = p.dstate * sb / 16;
     if ((p.dstate * sb) % 16 != 0 || chunks > 32 || (chunks & (chunks - 1)) != 0)
@@ -460,7 +477,9 @@ class CudaBackend final : public Backend {
   }
   static bool pipe_aligned(const ssu_update_params& p) {
     const int sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
-    return aligned16(p.state) && (p.state_stride_slot * sb) % 16 == 0;
+    const bool a_ok = !(p.features & SSU_F_A_PER_CHANNEL) ||
+                      (aligned16(p.A) && (p.A_stride_h * 4) % 16 == 0);
+    return a_ok && aligned16(p.state) && (p.state_stride_slot * sb) % 16 == 0;
   }
 
   // Registers per thread -> resident blocks of SSU_CUDA_THREADS (registers
@@ -503,6 +522,11 @@ class CudaBackend final : public Backend {
     L->off_z = put((p.features & SSU_F_HAS_Z) ? T * L->row_stride * 4 : 0);
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
     L->off_scal = put((2 * T + 1) * 4);
+    const bool pc = p.features & SSU_F_A_PER_CHANNEL;
+    L->off_A = put(pc ? rows * N * 4 : 0);
+    L->off_dt_rows = put(pc ? int64_t(rows) * 4 : 0);
+    L->off_D_rows = put(pc ? int64_t(rows) * 4 : 0);
+    L->reserved1 = 0;
     L->stage_bytes = static_cast<int32_t>(o);
     return 2 * o;
   }
@@ -526,15 +550,19 @@ class CudaBackend final : public Backend {
     // Operand registers: 2*T*R values (R: rows rounded up to a power of
     // two) over the block's threads, 4 per thread with one token, 8 with
     // several. max_rows is the largest power of two allowed.
-    const bool mt = p.ntokens > 1;
+    const bool mt = p.ntokens > 1, pc = p.features & SSU_F_A_PER_CHANNEL;
     int64_t max_rows = 1;
     while (2 * p.ntokens * (max_rows * 2) <= (mt ? 8 : 4) * SSU_CUDA_THREADS) max_rows *= 2;
     if (max_rows < groups) return false;
-    const CUfunction fn = mt ? pipe_mt_fn_[si][ii] : pipe_fn_[si][ii][sr];
-    const int by_regs = mt ? pipe_mt_regs_blocks_[si][ii] : pipe_regs_blocks_[si][ii][sr];
+    const CUfunction fn = pc ? pipe_pc_fn_[si][ii] : mt ? pipe_mt_fn_[si][ii] : pipe_fn_[si][ii][sr];
+    const int by_regs = pc   ? pipe_pc_regs_blocks_[si][ii]
+                        : mt ? pipe_mt_regs_blocks_[si][ii]
+                             : pipe_regs_blocks_[si][ii][sr];
     if (!fn) fail(SSU_ERROR_INTERNAL, "no pipelined CUDA kernel for this state dtype");
+    // The per-channel A tile (f32 rows) shares the tile budget with the state.
+    const int64_t tile_bytes = pc ? pipe_tile_bytes_ * sb / (sb + 4) : pipe_tile_bytes_;
     int rows = static_cast<int>(std::min<int64_t>(
-        {int64_t(P), max_rows, std::max<int64_t>(groups, pipe_tile_bytes_ / (int64_t(N) * sb))}));
+        {int64_t(P), max_rows, std::max<int64_t>(groups, tile_bytes / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
         1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + 1024)));
     if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < resident * sms_) return false;
@@ -658,6 +686,8 @@ class CudaBackend final : public Backend {
   int pipe_regs_blocks_[kStateDtypes][3][2] = {};
   CUfunction pipe_mt_fn_[3][3] = {};
   int pipe_mt_regs_blocks_[3][3] = {};
+  CUfunction pipe_pc_fn_[3][3] = {};
+  int pipe_pc_regs_blocks_[3][3] = {};
   static constexpr int64_t kPipeMaxTokens = 8;
   static constexpr int64_t kPipeMaxTokenStates = 512;  // ntokens*dstate: 8 operands per thread
   // Tuning and test knobs (environment, read at context creation):
