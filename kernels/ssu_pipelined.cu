@@ -385,8 +385,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   // Every group runs the same number of iterations, so the shuffles of a
   // group always have all their lanes. Two rows are interleaved where a
   // lane has little independent work per row (f32: 4 elements) or long
-  // dependent chains (int16: two reductions; stochastic rounding: Philox).
-#pragma unroll((VEC == 4 || QUANT || SR) ? 2 : 1)
+  // dependent chains (int16: two reductions). The stochastic kernels do not
+  // interleave: the registers it takes cost a resident block (measured
+  // slower).
+#pragma unroll((VEC == 4 || QUANT) ? 2 : 1)
   for (int i = 0; i < iters; ++i) {
     const int r_raw = i * ngrp + grp;
     const bool rv = r_raw < it.rows;
@@ -556,11 +558,11 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 }  // namespace
 
 // At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
-// tile also allow); int16 rows (the row maximum) may use 102 (5 blocks)
-// and the stochastic kernels 128 (4 blocks) instead of spilling.
+// tile also allow); int16 rows (the row maximum) and the stochastic kernels
+// (Philox) may use 102 (5 blocks) instead of spilling.
 #define SSU_PIPE_KERNEL(name, ST, IT, SR, MODE)                                   \
   extern "C" __global__ void __launch_bounds__(                                   \
-      SSU_CUDA_THREADS, SR ? 4 : std::is_same<ST, int16_t>::value ? 5 : 6)        \
+      SSU_CUDA_THREADS, SR ? 5 : std::is_same<ST, int16_t>::value ? 5 : 6)        \
       name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
     pipe_body<ST, IT, SR, MODE>(launch);                                          \
   }
