@@ -188,32 +188,34 @@ SSU_HD uint32_t sr_word(uint64_t seed, uint64_t L, uint32_t rounds) {
 // Stochastic rounding: add random bits below the last kept bit of the
 // magnitude, then truncate. Results are the raw 16-bit patterns.
 
-// bf16: add the low 16 bits of `rnd`, keep the high 16 bits.
+// bf16: add the low 16 bits of `rnd`, keep the high 16 bits. Written
+// without branches: the sum cannot carry into the sign (the magnitude is at
+// most 0x7f7fffff + 0xffff for finite values), a finite value rounded past
+// the largest one truncates to Inf (0x7f80), and Inf plus any bits stays
+// Inf; NaN becomes the quiet NaN of its sign.
 SSU_HD uint16_t f32_to_bf16_sr(float v, uint32_t rnd) {
   const uint32_t u = float_to_bits(v);
-  const uint32_t sign = u & 0x80000000u;
   const uint32_t mag = u & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>((sign | 0x7fc00000u) >> 16);  // quiet NaN
-  if (mag == 0x7f800000u) return static_cast<uint16_t>(u >> 16);                     // +-Inf
-  uint32_t m = mag + (rnd & 0xffffu);  // cannot wrap: mag < 0x7f800000
-  if (m > 0x7f7fffffu) m = 0x7f800000u;  // rounded past the largest finite value
-  return static_cast<uint16_t>((sign | m) >> 16);
+  const uint32_t rounded = (u + (rnd & 0xffffu)) >> 16;
+  const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  return static_cast<uint16_t>(mag > 0x7f800000u ? nan : rounded);
 }
 
 // f16: add the low 13 bits of `rnd` to the fp32 magnitude, then truncate
 // to f16: exponent rebias, magnitudes below 2^-14 flush to a signed zero,
-// 2^16 and above become Inf.
+// 2^16 and above become Inf; NaN becomes the quiet NaN of its sign. Written
+// as selects over the rebiased truncation ((m >> 13) - (112 << 10) is the
+// f16 exponent and mantissa for m in [2^-14, 2^16) as fp32 bits).
 SSU_HD uint16_t f32_to_f16_sr(float v, uint32_t rnd) {
   const uint32_t u = float_to_bits(v);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t mag = u & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // quiet NaN
-  if (mag == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
   const uint32_t m = mag + (rnd & 0x1fffu);
-  const int32_t e = static_cast<int32_t>(m >> 23) - 127 + 15;  // f16 biased exponent
-  if (e <= 0) return sign;                                       // below 2^-14
-  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);     // overflow
-  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(e) << 10) | ((m >> 13) & 0x3ffu));
+  uint32_t r = (m >> 13) - 0x1C000u;
+  r = m < 0x38800000u ? 0u : r;        // below 2^-14: signed zero
+  r = m >= 0x47800000u ? 0x7c00u : r;  // 2^16 and above, and Inf: Inf
+  r = mag > 0x7f800000u ? 0x7e00u : r; // NaN
+  return static_cast<uint16_t>(sign | r);
 }
 
 // ---------------------------------------------------------------------------
