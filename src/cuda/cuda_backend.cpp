@@ -158,27 +158,9 @@ class CudaBackend final : public Backend {
           for (int sr = 0; sr < 2; ++sr) {
             if (v == kVec2 && (s != 0 || sr)) continue;  // only f32 rows need two chunks
             if (sr && s != 1 && s != 2) continue;         // stochastic: f16 / bf16 only
-            const std::string kname = format("ssu_update_%s_%s_%s%s", kDtypeNames[s],
-                                             kDtypeNames[i], kVariantNames[v], sr ? "_sr" : "");
-            CUkernel k = nullptr;
-            CUresult rk = d_.LibraryGetKernel(&k, lib_, kname.c_str());
-            if (rk != CUDA_SUCCESS)
-              fail(SSU_ERROR_INTERNAL, "%s",
-                   ssu_cuda::describe(d_, ("cuLibraryGetKernel(" + kname + ")").c_str(), rk)
-                       .c_str());
-            CUfunction fn = nullptr;
-            check(d_, d_.KernelGetFunction(&fn, k), "cuKernelGetFunction");
-            // Load the code now, not lazily at a first launch that might be
-            // under stream capture.
-            if (d_.FuncLoad) check(d_, d_.FuncLoad(fn), "cuFuncLoad");
-            // Every block may use the device's whole opt-in shared memory;
-            // prefer shared memory over L1 (the kernels stream through it).
-            check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          max_smem_),
-                  "cuFuncSetAttribute");
-            check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                          CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
-                  "cuFuncSetAttribute");
+            const CUfunction fn = load_streaming_kernel(
+                format("ssu_update_%s_%s_%s%s", kDtypeNames[s], kDtypeNames[i],
+                       kVariantNames[v], sr ? "_sr" : "").c_str());
             regs_blocks_[s][i][v][sr] = blocks_by_registers(fn);
             fn_[s][i][v][sr] = fn;
           }
@@ -186,38 +168,19 @@ class CudaBackend final : public Backend {
         for (int i = 0; i < 3; ++i)
           for (int sr = 0; sr < 2; ++sr) {
             if (sr && s != 1 && s != 2) continue;
-            const CUfunction fn = load_function(
+            const CUfunction fn = load_streaming_kernel(
                 format("ssu_pipe_%s_%s%s", kDtypeNames[s], kDtypeNames[i], sr ? "_sr" : "").c_str());
-            check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          max_smem_),
-                  "cuFuncSetAttribute");
-            check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                          CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
-                  "cuFuncSetAttribute");
             pipe_fn_[s][i][sr] = fn;
             pipe_regs_blocks_[s][i][sr] = blocks_by_registers(fn);
-            if (s < 3 && !sr) {  // several tokens: f32 / f16 / bf16, round to nearest
-              const CUfunction mt = load_function(
+            if (s < 3 && !sr) {  // f32 / f16 / bf16 states rounded to nearest
+              // several tokens
+              pipe_mt_fn_[s][i] = load_streaming_kernel(
                   format("ssu_pipe_%s_%s_mt", kDtypeNames[s], kDtypeNames[i]).c_str());
-              check(d_, d_.FuncSetAttribute(mt, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            max_smem_),
-                    "cuFuncSetAttribute");
-              check(d_, d_.FuncSetAttribute(mt, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                            CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
-                    "cuFuncSetAttribute");
-              pipe_mt_fn_[s][i] = mt;
-              pipe_mt_regs_blocks_[s][i] = blocks_by_registers(mt);
-              // Per-channel A, dt and D (Mamba-1).
-              const CUfunction pc = load_function(
+              pipe_mt_regs_blocks_[s][i] = blocks_by_registers(pipe_mt_fn_[s][i]);
+              // per-channel A, dt and D (Mamba-1)
+              pipe_pc_fn_[s][i] = load_streaming_kernel(
                   format("ssu_pipe_%s_%s_pc", kDtypeNames[s], kDtypeNames[i]).c_str());
-              check(d_, d_.FuncSetAttribute(pc, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            max_smem_),
-                    "cuFuncSetAttribute");
-              check(d_, d_.FuncSetAttribute(pc, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                                            CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
-                    "cuFuncSetAttribute");
-              pipe_pc_fn_[s][i] = pc;
-              pipe_pc_regs_blocks_[s][i] = blocks_by_registers(pc);
+              pipe_pc_regs_blocks_[s][i] = blocks_by_registers(pipe_pc_fn_[s][i]);
             }
           }
       if (const char* e = std::getenv("SSU_CUDA_PIPE_TILE")) {
@@ -632,6 +595,19 @@ class CudaBackend final : public Backend {
       d_.CtxPopCurrent(&popped);
     }
     check(d_, r, "cuLaunchKernel");
+  }
+
+  // load_function, then: every block may use the device's whole opt-in
+  // shared memory, and shared memory is preferred over L1 (the update
+  // kernels stream their tiles through it).
+  CUfunction load_streaming_kernel(const char* kname) {
+    const CUfunction fn = load_function(kname);
+    check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem_),
+          "cuFuncSetAttribute");
+    check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                  CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
+          "cuFuncSetAttribute");
+    return fn;
   }
 
   // Resolves and loads one kernel of the library (now, not lazily at a

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,26 @@ inline ssu_context_t g_cuda = nullptr;
 
 inline void ok(ssu_cuda::CUresult r, const char* call) {
   if (r != ssu_cuda::CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(g_drv, call, r));
+}
+
+// A second CUDA context whose pipelined kernels run on at most `blocks`
+// persistent blocks (SSU_CUDA_PIPE_MAX_BLOCKS, read at context creation),
+// so that every case they can take goes through them and every block walks
+// many items through both stages of its ring. Null with the library's
+// message in *why on failure.
+inline ssu_context_t create_capped_pipeline_context(int blocks, std::string* why) {
+  const std::string n = std::to_string(blocks);
+  setenv("SSU_CUDA_PIPE_MAX_BLOCKS", n.c_str(), 1);
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CUDA;
+  ssu_context_t c = nullptr;
+  const ssu_status_t st = ssu_context_create(&o, &c);
+  unsetenv("SSU_CUDA_PIPE_MAX_BLOCKS");
+  if (st != SSU_SUCCESS) {
+    *why = ssu_last_error_message();
+    return nullptr;
+  }
+  return c;
 }
 
 // Device memory of ordinal 0 through the driver API; the primary context is

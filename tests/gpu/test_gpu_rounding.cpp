@@ -217,13 +217,10 @@ int main(int argc, char** argv) {
       std::printf("ssu_context_create(CPU) failed: %s\n", ssu_last_error_message());
       return 1;
     }
-    setenv("SSU_CUDA_PIPE_MAX_BLOCKS", "3", 1);
-    ssu_context_options_t go = SSU_CONTEXT_OPTIONS_INIT;
-    go.backend = SSU_BACKEND_CUDA;
-    const ssu_status_t st = ssu_context_create(&go, &g_cuda_few);
-    unsetenv("SSU_CUDA_PIPE_MAX_BLOCKS");
-    if (st != SSU_SUCCESS) {
-      std::printf("ssu_context_create(CUDA, three blocks) failed: %s\n", ssu_last_error_message());
+    std::string why;
+    g_cuda_few = create_capped_pipeline_context(3, &why);
+    if (!g_cuda_few) {
+      std::printf("ssu_context_create(CUDA, three blocks) failed: %s\n", why.c_str());
       return 1;
     }
     return 0;

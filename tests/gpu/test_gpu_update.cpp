@@ -47,17 +47,12 @@ std::vector<UpdateCase> selected(const std::vector<UpdateCase>& table, bool appl
   return out;
 }
 
-// A second CUDA context whose pipelined kernels run on at most two blocks,
-// so that every block walks many items through both stages of its ring.
+// The context whose pipelined kernels run on two blocks (created on first use).
 ssu_context_t few_blocks_context() {
   static ssu_context_t ctx = [] {
-    ssu_context_t c = nullptr;
-    setenv("SSU_CUDA_PIPE_MAX_BLOCKS", "2", 1);
-    ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
-    o.backend = SSU_BACKEND_CUDA;
-    const ssu_status_t st = ssu_context_create(&o, &c);
-    unsetenv("SSU_CUDA_PIPE_MAX_BLOCKS");
-    if (st != SSU_SUCCESS) throw std::runtime_error(ssu_last_error_message());
+    std::string why;
+    const ssu_context_t c = create_capped_pipeline_context(2, &why);
+    if (!c) throw std::runtime_error(why);
     return c;
   }();
   return ctx;
