@@ -74,8 +74,8 @@ const char kUsage[] =
     "                           gathered into dense buffers, the step on them without\n"
     "                           indices, the rows scattered back to the dst slots)\n"
     "  --rank R                 Mamba-3 MIMO rank (default 4)\n"
-    "  --algorithm NAME         pin the update's algorithm: auto (default),\n"
-    "                           cuda_simple, cuda_pipelined, cpu_rows\n"
+    "  --algorithm NAME         pin the plan's algorithm (update or Mamba-3 step):\n"
+    "                           auto (default), cuda_simple, cuda_pipelined, cpu_rows\n"
     "  --threads K              CPU worker threads (default: all hardware threads)\n"
     "  --iters K                timed iterations per batch: calls on the CPU,\n"
     "                           replays of a graph of calls on CUDA (default:\n"
@@ -453,9 +453,11 @@ ssu_plan_t create_update_plan(ssu_context_t ctx, const ssu_update_args_t& args,
 }
 
 ssu_plan_t create_mamba3_plan(ssu_context_t ctx, const ssu_mamba3_step_args_t& args,
-                              std::string* why) {
+                              ssu_algorithm_t algorithm, std::string* why) {
+  ssu_plan_options_t o = SSU_PLAN_OPTIONS_INIT;
+  o.algorithm = algorithm;
   ssu_plan_t plan = nullptr;
-  const ssu_status_t st = ssu_plan_create_mamba3_step(ctx, &args, nullptr, &plan);
+  const ssu_status_t st = ssu_plan_create_mamba3_step(ctx, &args, &o, &plan);
   if (st == SSU_SUCCESS) return plan;
   *why = std::string("ssu_plan_create_mamba3_step: ") + ssu_status_string(st) + ": " +
          ssu_last_error_message();
@@ -1073,9 +1075,9 @@ void run_mamba3(const Options& o, const Env& env, Report& rep) {
   for (int64_t Bt : env.batches) try {
     M3Problem pr;
     build_mamba3(pr, env.dev, shape, Bt, env.pool_target, rng);
-    PlanGuard plan(create_mamba3_plan(env.ctx, pr.calls[0], &rep.skipped));
+    PlanGuard plan(create_mamba3_plan(env.ctx, pr.calls[0], o.algorithm, &rep.skipped));
     if (!plan.plan) break;
-    PlanGuard dense_plan(create_mamba3_plan(env.ctx, pr.dense_calls[0], &rep.skipped));
+    PlanGuard dense_plan(create_mamba3_plan(env.ctx, pr.dense_calls[0], o.algorithm, &rep.skipped));
     if (!dense_plan.plan) break;
     rep.algorithm = algorithm_of(plan.plan);
 

@@ -23,6 +23,7 @@
 #ifndef SSU_CUDA_LAUNCH_H_
 #define SSU_CUDA_LAUNCH_H_
 
+#include "ssu_mamba3_params.h"
 #include "ssu_update_params.h"
 
 #define SSU_CUDA_THREADS 128
@@ -83,5 +84,32 @@ typedef struct ssu_cuda_pipe_launch {
   int32_t off_D_rows;  /* per-channel form: f32 [rows] D                 */
   int32_t reserved1;
 } ssu_cuda_pipe_launch;
+
+/*
+ * The pipelined Mamba-3 step kernels (kernels/ssu_mamba3_pipe.cu): a grid of
+ * persistent blocks walks `items` = batch * nheads (sequence, head) pairs
+ * with a stride of the grid size; a head is processed in chunks of
+ * `chunk_rows` rows. One producer warp per block fills a two-stage
+ * shared-memory ring (the chunk's state rows by cp.async, the head's B,
+ * prev_B and C as f32, the chunk's per-row tables) while four consumer warps
+ * compute the previous stage. Within a stage (`stage_bytes`, 16-byte aligned
+ * offsets): a header at 0, then the arrays below.
+ */
+typedef struct ssu_cuda_m3_pipe_launch {
+  ssu_mamba3_params p;
+  int64_t items;           /* batch * nheads                               */
+  int32_t chunk_rows;      /* rows of the head per stage                   */
+  int32_t chunks_per_head; /* ceil(dim / chunk_rows)                       */
+  int32_t stage_bytes;
+  int32_t ops_vec;  /* B, C, prev_B readable as 16-byte vectors           */
+  int32_t off_tile; /* state rows, [chunk_rows][N] in the state's dtype    */
+  int32_t off_B;    /* f32 [R][N]                                         */
+  int32_t off_Bp;   /* f32 [R][N], prev_B of the src slot                 */
+  int32_t off_C;    /* f32 [R][N]                                         */
+  int32_t off_xg;   /* f32 [chunk_rows][R], xproj * (gamma * x)           */
+  int32_t off_xb;   /* f32 [chunk_rows][R], xproj * (beta * prev_x)       */
+  int32_t off_w;    /* f32 [chunk_rows][R], readout weight                */
+  int32_t off_e;    /* f32 [chunk_rows][R], D x xproj (times w with outproj) */
+} ssu_cuda_m3_pipe_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -8,6 +8,7 @@
 #include "ssu_update.cu"
 #include "ssu_pipelined.cu"
 #include "ssu_mamba3.cu"
+#include "ssu_mamba3_pipe.cu"
 
 // *seed += increment, in stream order (one thread): lets a captured CUDA
 // graph draw fresh stochastic-rounding bits on every replay.

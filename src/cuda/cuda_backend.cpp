@@ -203,6 +203,12 @@ class CudaBackend final : public Backend {
                                         max_smem_),
                 "cuFuncSetAttribute");
         }
+      for (int si = 0; si < 3; ++si)
+        for (int v = 0; v < kM3pRanks; ++v) {
+          m3p_fn_[si][v] = load_streaming_kernel(
+              format("ssu_mamba3_pipe_%s_r%d", kDtypeNames[si], 1 << v).c_str());
+          m3p_regs_blocks_[si][v] = blocks_by_registers(m3p_fn_[si][v], kM3pThreads);
+        }
       rotary_fn_ = load_function("ssu_mamba3_rotary");
     } catch (...) {
       release();
@@ -221,13 +227,27 @@ class CudaBackend final : public Backend {
            "memory per block, more than this device's %d", static_cast<long long>(p.rank),
            static_cast<long long>(p.dim), static_cast<long long>(p.dstate),
            static_cast<long long>(need), max_smem_);
-    return simple_algorithm(requested);
+    switch (requested) {
+      case SSU_ALGORITHM_AUTO:
+        return m3p_form(p) == nullptr ? SSU_ALGORITHM_CUDA_PIPELINED : SSU_ALGORITHM_CUDA_SIMPLE;
+      case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
+      case SSU_ALGORITHM_CUDA_PIPELINED:
+        if (const char* why = m3p_form(p))
+          fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm cuda_pipelined cannot run this "
+               "Mamba-3 step: %s; use cuda_simple or auto", why);
+        return SSU_ALGORITHM_CUDA_PIPELINED;
+      default:
+        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %s cannot run the Mamba-3 step on the "
+             "CUDA backend; use cuda_pipelined, cuda_simple or auto", algorithm_name(requested));
+    }
   }
 
-  void execute_mamba3_step(const ssu_mamba3_params& p, ssu_algorithm_t,
+  void execute_mamba3_step(const ssu_mamba3_params& p, ssu_algorithm_t algorithm,
                            ssu_stream_t stream) override {
     if (p.batch <= 0) return;
     const int si = dtype_index(p.state_dtype);
+    if (algorithm == SSU_ALGORITHM_CUDA_PIPELINED && execute_mamba3_pipelined(p, si, stream))
+      return;
     const int v = p.rank == 1 ? 0 : p.rank == 2 ? 1 : p.rank == 4 ? 2 : 3;
     const int64_t blocks = p.batch * p.nheads;
     if (blocks > INT32_MAX)
@@ -447,10 +467,10 @@ class CudaBackend final : public Backend {
 
   // Registers per thread -> resident blocks of SSU_CUDA_THREADS (registers
   // are allocated per warp in units of 256).
-  int blocks_by_registers(CUfunction fn) const {
+  int blocks_by_registers(CUfunction fn, int threads = SSU_CUDA_THREADS) const {
     int regs = 0;
     check(d_, d_.FuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "cuFuncGetAttribute");
-    const int per_block = ((regs * 32 + 255) / 256) * 256 * (SSU_CUDA_THREADS / 32);
+    const int per_block = ((regs * 32 + 255) / 256) * 256 * (threads / 32);
     return std::max(1, std::min(16, 65536 / std::max(1, per_block)));
   }
 
@@ -574,6 +594,82 @@ class CudaBackend final : public Backend {
   }
   static constexpr int64_t kM3MaxStagedTile = 64 * 1024;
 
+  // The pipelined Mamba-3 step (kernels/ssu_mamba3_pipe.cu): null when it
+  // can take the problem's shape, else why not. Pool alignment is checked
+  // per call (execute_mamba3_pipelined).
+  static constexpr int kM3pRanks = 4;      // R = 1, 2, 4, 8
+  static constexpr int kM3pThreads = 160;  // M3P_THREADS: four consumer warps, one producer
+  static const char* m3p_form(const ssu_mamba3_params& p) {
+    if (p.dstate > 128) return "dstate above 128 (a row must fit one warp)";
+    if (p.dim * p.dstate > INT32_MAX) return "dim*dstate above 2^31-1";
+    return nullptr;
+  }
+
+  // Fills the stage layout of `L` for chunks of `rows` rows; returns the
+  // shared memory of a block (two stages).
+  static int64_t m3p_layout(const ssu_mamba3_params& p, int rows, ssu_cuda_m3_pipe_launch* L) {
+    const int64_t N = p.dstate, R = p.rank, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+    int64_t o = 64;  // the stage header
+    auto put = [&](int64_t bytes) {
+      const int64_t at = o;
+      o = align16(o + bytes);
+      return static_cast<int32_t>(at);
+    };
+    L->off_tile = put(rows * N * sb);
+    L->off_B = put(R * N * 4);
+    L->off_Bp = put(R * N * 4);
+    L->off_C = put(R * N * 4);
+    L->off_xg = put(rows * R * 4);
+    L->off_xb = put(rows * R * 4);
+    L->off_w = put(rows * R * 4);
+    L->off_e = put(rows * R * 4);
+    L->stage_bytes = static_cast<int32_t>(o);
+    return 2 * o;
+  }
+
+  // Launches the pipelined step; returns false (launching nothing) for a
+  // call the simple kernel takes instead: a state pool that is not 16-byte
+  // aligned, or fewer (sequence, head) items than one wave of resident
+  // blocks (unless SSU_CUDA_PIPE_MAX_BLOCKS is set, for tests).
+  bool execute_mamba3_pipelined(const ssu_mamba3_params& p, int si, ssu_stream_t stream) const {
+    const int64_t sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+    if (!aligned16(p.state) || (p.state_stride_slot * sb) % 16 != 0) return false;
+    const int v = p.rank == 1 ? 0 : p.rank == 2 ? 1 : p.rank == 4 ? 2 : 3;
+    ssu_cuda_m3_pipe_launch L;
+    std::memset(&L, 0, sizeof L);
+    std::memcpy(&L.p, &p, sizeof p);
+    const int64_t N = p.dstate, P = p.dim;
+    // Chunks of pipe_tile_bytes_ of state, at least one row per lane group
+    // of the four consumer warps.
+    const int64_t rows_per_pass = 128 / (N / 4);
+    int64_t rows = std::min<int64_t>(P, std::max(rows_per_pass, pipe_tile_bytes_ / (N * sb)));
+    const int64_t smem = m3p_layout(p, static_cast<int>(rows), &L);
+    if (smem > max_smem_) return false;
+    const int64_t resident = std::max<int64_t>(
+        1, std::min<int64_t>(m3p_regs_blocks_[si][v], smem_per_sm_ / (smem + 1024)));
+    const int64_t items = p.batch * p.nheads;
+    if (items > INT32_MAX || p.nheads > INT32_MAX) return false;
+    if (!pinned_pipe_small_ && items < resident * sms_) return false;
+    L.items = items;
+    L.chunk_rows = static_cast<int32_t>(rows);
+    L.chunks_per_head = static_cast<int32_t>((P + rows - 1) / rows);
+    const int eb = p.input_dtype == SSU_DTYPE_F32 ? 4 : 2;
+    auto v16 = [&](const void* ptr, std::initializer_list<int64_t> strides) {
+      if (!aligned16(ptr)) return false;
+      for (int64_t st : strides)
+        if ((st * eb) % 16 != 0) return false;
+      return true;
+    };
+    L.ops_vec = v16(p.B, {p.B_stride_b, p.B_stride_r, p.B_stride_h}) &&
+                v16(p.C, {p.C_stride_b, p.C_stride_r, p.C_stride_h}) &&
+                v16(p.prev_B, {p.prev_B_stride_slot, p.prev_B_stride_r, p.prev_B_stride_h});
+    const int64_t grid = std::min<int64_t>({items, resident * sms_, pipe_max_blocks_});
+    void* args[] = {&L};
+    launch(m3p_fn_[si][v], static_cast<unsigned>(grid), kM3pThreads, static_cast<unsigned>(smem),
+           stream, args);
+    return true;
+  }
+
   static ssu_algorithm_t simple_algorithm(ssu_algorithm_t requested) {
     if (requested == SSU_ALGORITHM_AUTO || requested == SSU_ALGORITHM_CUDA_SIMPLE)
       return SSU_ALGORITHM_CUDA_SIMPLE;
@@ -674,6 +770,8 @@ class CudaBackend final : public Backend {
   bool pinned_pipe_small_ = false;
   CUfunction advance_seed_fn_ = nullptr;
   CUfunction m3_fn_[3][kM3Variants] = {};
+  CUfunction m3p_fn_[3][kM3pRanks] = {};
+  int m3p_regs_blocks_[3][kM3pRanks] = {};
   CUfunction rotary_fn_ = nullptr;
 };
 

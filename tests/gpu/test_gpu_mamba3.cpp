@@ -45,7 +45,92 @@ ssu_context_t cpu_context() {
   return ctx;
 }
 
+// The context whose pipelined kernels run on two blocks, for calls of any
+// size (created on first use).
+ssu_context_t few_blocks_context() {
+  static ssu_context_t ctx = [] {
+    std::string why;
+    const ssu_context_t c = create_capped_pipeline_context(2, &why);
+    if (!c) throw std::runtime_error(why);
+    return c;
+  }();
+  return ctx;
+}
+
+// Runs `c` as `algorithm` on `ctx` (checked against the reference) and as
+// cuda_simple on g_cuda; every pool and the output must hold the same bits.
+// Returns false, with nothing run, when the pipelined kernels cannot take
+// the shape.
+bool pipelined_equals_simple(ssu_context_t ctx, ssu_algorithm_t algorithm, const StepCase& c) {
+  CudaMemory mem;
+  StepProblem a(c, mem), b(c, mem);
+  const ssu_mamba3_step_args_t aa = a.args(), ba = b.args();
+  ssu_plan_options_t o = SSU_PLAN_OPTIONS_INIT;
+  o.algorithm = algorithm;
+  ssu_plan_t ap = nullptr, bp = nullptr;
+  const ssu_status_t st = ssu_plan_create_mamba3_step(ctx, &aa, &o, &ap);
+  if (st == SSU_ERROR_ALGORITHM_UNAVAILABLE) return false;
+  REQUIRE_MESSAGE(st == SSU_SUCCESS, ssu_last_error_message());
+  ssu_plan_info_t info = SSU_PLAN_INFO_INIT;
+  REQUIRE(ssu_plan_get_info(ap, &info) == SSU_SUCCESS);
+  CHECK(info.algorithm == SSU_ALGORITHM_CUDA_PIPELINED);
+  o.algorithm = SSU_ALGORITHM_CUDA_SIMPLE;
+  REQUIRE(ssu_plan_create_mamba3_step(g_cuda, &ba, &o, &bp) == SSU_SUCCESS);
+  REQUIRE(ssu_plan_execute_mamba3_step(ap, &aa, nullptr) == SSU_SUCCESS);
+  REQUIRE(ssu_plan_execute_mamba3_step(bp, &ba, nullptr) == SSU_SUCCESS);
+  mem.synchronize(nullptr);
+  const CheckResult r = a.check();
+  CHECK_MESSAGE(r.ok, r.message);
+  for (int id : {a.state, a.prev_B, a.prev_x, a.out}) {
+    CAPTURE(a.tensors().name(id));
+    CHECK(a.tensors().fetch(id) == b.tensors().fetch(id));
+  }
+  ssu_plan_destroy(ap);
+  ssu_plan_destroy(bp);
+  return true;
+}
+
 }  // namespace
+
+TEST_CASE("gpu mamba3: the pipelined step stores the simple kernel's bits") {
+  // Every table case the pipelined kernels take, on two persistent blocks
+  // (each walks many heads through both ring stages), then serving-sized
+  // batches on the default grid chosen by auto.
+  int taken = 0;
+  const std::vector<StepCase> table = step_case_table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    CAPTURE(describe(table[i]));
+    taken += pipelined_equals_simple(few_blocks_context(), SSU_ALGORITHM_CUDA_PIPELINED, table[i]);
+  }
+  CHECK(taken > 0);
+  int64_t seed = 0;
+  for (ssu_dtype_t st : {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16})
+    for (int R : {1, 2, 4, 8}) {
+      StepCase c;
+      c.tag = "gpu_pipelined_batch";
+      c.state = st;
+      c.input = R == 2 ? SSU_DTYPE_F32 : SSU_DTYPE_BF16;
+      c.H = 8;
+      c.P = R == 8 ? 80 : 64;
+      c.N = R == 1 ? 64 : 128;
+      c.R = R;
+      c.batch = 160;
+      c.outproj = R != 4;
+      c.has_z = c.outproj && R != 1;
+      c.dst = R == 2 ? Dst::Distinct : Dst::Same;
+      c.pad = Pad::Negative;
+      c.seed = 700 + uint64_t(seed++);
+      CAPTURE(describe(c));
+      CHECK(pipelined_equals_simple(g_cuda, SSU_ALGORITHM_AUTO, c));
+    }
+  std::printf("gpu mamba3 pipelined: %d of %zu table cases taken (two blocks), 12 serving-sized "
+              "cases, all equal to cuda_simple\n", taken, table.size());
+}
+
+TEST_CASE("gpu mamba3: every step case matches the float64 reference on two pipelined blocks") {
+  DeviceMemory mem;
+  report(run_step_table(few_blocks_context(), mem, "gpu (two pipelined blocks)"));
+}
 
 TEST_CASE("gpu mamba3: every step case matches the float64 reference") {
   DeviceMemory mem;
