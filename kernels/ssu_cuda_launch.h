@@ -103,7 +103,7 @@ typedef struct ssu_cuda_m3_pipe_launch {
   int32_t stage_bytes;
   int32_t ops_vec;  /* B, C, prev_B readable as 16-byte vectors           */
   int32_t off_tile; /* state rows, [chunk_rows][N] in the state's dtype    */
-  int32_t off_B;    /* f32 [R][N]                                         */
+  int32_t off_B;    /* f32 [R][N]; B, prev_B and C are adjacent           */
   int32_t off_Bp;   /* f32 [R][N], prev_B of the src slot                 */
   int32_t off_C;    /* f32 [R][N]                                         */
   int32_t off_xg;   /* f32 [chunk_rows][R], xproj * (gamma * x)           */

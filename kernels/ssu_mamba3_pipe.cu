@@ -217,9 +217,10 @@ __device__ __forceinline__ void m3p_produce(const ssu_cuda_m3_pipe_launch& L, ch
       char* const stg = sm + s * L.stage_bytes;
       const int row0 = c * L.chunk_rows;
       const int nrows = min(L.chunk_rows, P - row0);
-      // prev_B of dst gets this step's B once the head's last chunk has
-      // read prev_B of src.
-      const bool store_B = store_prev && c == L.chunks_per_head - 1;
+      // The head's B, prev_B and C are read from global memory by its first
+      // chunk only (later chunks copy them from the other stage), so prev_B
+      // of dst gets this step's B right there, each element after its read.
+      const bool store_B = store_prev && c == 0;
 
       // The chunk's state rows (contiguous in the head).
       {
@@ -260,7 +261,16 @@ __device__ __forceinline__ void m3p_produce(const ssu_cuda_m3_pipe_launch& L, ch
       float* const sBp = reinterpret_cast<float*>(stg + L.off_Bp);
       float* const sC = reinterpret_cast<float*>(stg + L.off_C);
       const int RN = R * N;
-      if (L.ops_vec) {
+      if (c > 0) {
+        // Chunk c - 1 of the same head sits in the other stage (the
+        // consumers only read it meanwhile); B, prev_B and C are adjacent.
+        const float4* from =
+            reinterpret_cast<const float4*>(sm + (s ^ 1) * L.stage_bytes + L.off_B);
+        float4* to = reinterpret_cast<float4*>(sB);
+        const int n4 = 3 * RN / 4;
+#pragma unroll 4
+        for (int i = lane; i < n4; i += 32) to[i] = from[i];
+      } else if (L.ops_vec) {
         const int es = it == kF32 ? 4 : 2;
         const int epv = 16 / es;  // elements per 16-byte vector
         const int nv = RN / epv;
