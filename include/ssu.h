@@ -435,8 +435,10 @@ typedef int32_t ssu_algorithm_t;
 #define SSU_ALGORITHM_CUDA_SIMPLE 2 /* CUDA: one block per (sequence, head) tile */
 #define SSU_ALGORITHM_CUDA_TMA 3    /* CUDA sm_90+: TMA-pipelined tiles (reserved) */
 /* CUDA: persistent blocks with a two-stage shared-memory ring, for the
- * single-token Mamba-2 form (one token, per-head A/dt/D, no per-token or
- * intermediate stores; rows of 1..32 16-byte chunks); AUTO picks it there. */
+ * update's single-token forms and up to 8 tokens with a final-state store
+ * (rows of 1..32 16-byte chunks), and for the Mamba-3 step with dstate <= 128;
+ * AUTO picks it there. A call too small to fill the device once (or whose
+ * state pool is not 16-byte aligned) runs the cuda_simple kernels. */
 #define SSU_ALGORITHM_CUDA_PIPELINED 4
 
 typedef struct ssu_plan_options {

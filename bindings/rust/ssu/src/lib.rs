@@ -594,7 +594,8 @@ pub enum Algorithm {
     CudaSimple,
     CudaTma,
     /// CUDA: persistent blocks with a two-stage shared-memory ring for the
-    /// single-token Mamba-2 update; the CUDA backend's AUTO picks it there.
+    /// update's single-token forms (and up to 8 tokens) and the Mamba-3
+    /// step; the CUDA backend's AUTO picks it there.
     CudaPipelined,
     /// A value this crate does not know.
     Other(i32),
