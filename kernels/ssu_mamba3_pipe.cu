@@ -64,6 +64,27 @@ __device__ __forceinline__ void m3p_ldr(const float* p, float* v) {
   }
 }
 
+// sum_v h[v] * c[v], fused, in the order of the simple step kernel.
+__device__ __forceinline__ float m3p_dot4(const float* h, const float* c) {
+  float acc = 0.f;
+#pragma unroll
+  for (int v = 0; v < 4; ++v) acc = fmaf(h[v], c[v], acc);
+  return acc;
+}
+
+// Two rows' sums over their `lpr` lanes (a power of two <= 32), with the
+// simple step kernel's butterfly order; levels are taken or skipped by the
+// whole block.
+__device__ __forceinline__ void m3p_row_sums(float (&acc)[2], int lpr) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    if (off < lpr) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+    }
+  }
+}
+
 // Pool elements are read with coherent loads: the kernel writes the pools.
 __device__ __forceinline__ float m3p_ld_pool(const void* p, int32_t dtype, int64_t i) {
   if (dtype == kF32) return static_cast<const float*>(p)[i];
@@ -487,18 +508,8 @@ __device__ __forceinline__ void m3p_consume(const ssu_cuda_m3_pipe_launch& L, ch
             for (int v = 0; v < 4; ++v) cc[j][v] = fmaf(w[j][q], c4[v], cc[j][v]);
         }
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          acc[j] = 0.f;
-#pragma unroll
-          for (int v = 0; v < 4; ++v) acc[j] = fmaf(hh[j][v], cc[j][v], acc[j]);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-          if (off < lpr) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-          }
-        }
+        for (int j = 0; j < 2; ++j) acc[j] = m3p_dot4(hh[j], cc[j]);
+        m3p_row_sums(acc, lpr);
         if (lane == 0) {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
@@ -518,18 +529,8 @@ __device__ __forceinline__ void m3p_consume(const ssu_cuda_m3_pipe_launch& L, ch
           float c4[4], acc[2];
           lds4(sC + r * N + n0, c4);
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            acc[j] = 0.f;
-#pragma unroll
-            for (int v = 0; v < 4; ++v) acc[j] = fmaf(hh[j][v], c4[v], acc[j]);
-          }
-#pragma unroll
-          for (int off = 16; off > 0; off >>= 1) {
-            if (off < lpr) {
-#pragma unroll
-              for (int j = 0; j < 2; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-            }
-          }
+          for (int j = 0; j < 2; ++j) acc[j] = m3p_dot4(hh[j], c4);
+          m3p_row_sums(acc, lpr);
           if (lane == 0) {
 #pragma unroll
             for (int j = 0; j < 2; ++j)

@@ -45,6 +45,18 @@ inline ssu_context_t create_capped_pipeline_context(int blocks, std::string* why
   return c;
 }
 
+// The capped context with two blocks, created on first use and kept for the
+// program's lifetime (throws with the library's message on failure).
+inline ssu_context_t few_blocks_context() {
+  static const ssu_context_t ctx = [] {
+    std::string why;
+    const ssu_context_t c = create_capped_pipeline_context(2, &why);
+    if (!c) throw std::runtime_error(why);
+    return c;
+  }();
+  return ctx;
+}
+
 // Device memory of ordinal 0 through the driver API; the primary context is
 // current on the test's thread (see run_gpu_tests).
 class CudaMemory final : public Memory {

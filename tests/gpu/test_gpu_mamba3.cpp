@@ -45,18 +45,6 @@ ssu_context_t cpu_context() {
   return ctx;
 }
 
-// The context whose pipelined kernels run on two blocks, for calls of any
-// size (created on first use).
-ssu_context_t few_blocks_context() {
-  static ssu_context_t ctx = [] {
-    std::string why;
-    const ssu_context_t c = create_capped_pipeline_context(2, &why);
-    if (!c) throw std::runtime_error(why);
-    return c;
-  }();
-  return ctx;
-}
-
 // Runs `c` as `algorithm` on `ctx` (checked against the reference) and as
 // cuda_simple on g_cuda; every pool and the output must hold the same bits.
 // Returns false, with nothing run, when the pipelined kernels cannot take

@@ -47,17 +47,6 @@ std::vector<UpdateCase> selected(const std::vector<UpdateCase>& table, bool appl
   return out;
 }
 
-// The context whose pipelined kernels run on two blocks (created on first use).
-ssu_context_t few_blocks_context() {
-  static ssu_context_t ctx = [] {
-    std::string why;
-    const ssu_context_t c = create_capped_pipeline_context(2, &why);
-    if (!c) throw std::runtime_error(why);
-    return c;
-  }();
-  return ctx;
-}
-
 // Runs every case with the plan's own choice; a case the pipelined kernels
 // take runs again pinned to cuda_simple and, with `few_blocks`, on two
 // persistent blocks (which also takes calls too small for the grid).
