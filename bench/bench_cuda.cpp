@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../kernels/ssu_cuda_launch.h"
 #include "../src/cuda/cuda_driver.h"
 #include "bench_device.h"
 
@@ -49,6 +51,10 @@ class CudaBenchDevice final : public BenchDevice {
     CUkernel k = nullptr;
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_copy_rows"), "cuLibraryGetKernel");
     ok(d_.KernelGetFunction(&copy_rows_, k), "cuKernelGetFunction");
+    ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_empty"), "cuLibraryGetKernel");
+    ok(d_.KernelGetFunction(&empty_, k), "cuKernelGetFunction");
+    ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_empty_small"), "cuLibraryGetKernel");
+    ok(d_.KernelGetFunction(&empty_small_, k), "cuKernelGetFunction");
   }
 
   ~CudaBenchDevice() override {
@@ -112,6 +118,26 @@ class CudaBenchDevice final : public BenchDevice {
     }
     ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
     return median(t);
+  }
+
+  double launch_floor(int iters, size_t* param_bytes, double* small_s) override {
+    ssu_cuda_pipe_launch L;
+    std::memset(&L, 0, sizeof L);
+    long long v = 0;
+    *param_bytes = sizeof L;
+    auto time_empty = [&](CUfunction fn, void** params) {
+      return host_time_ops(
+          [&](size_t, ssu_stream_t st) {
+            ok(d_.LaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, reinterpret_cast<CUstream>(st), params,
+                               nullptr),
+               "cuLaunchKernel (ssu_bench_empty)");
+          },
+          1, iters);
+    };
+    void* small_params[] = {&v};
+    *small_s = time_empty(empty_small_, small_params);
+    void* params[] = {&L};
+    return time_empty(empty_, params);
   }
 
   void copy_rows(void* dst, const int32_t* dst_index, const void* src, const int32_t* src_index,
@@ -188,6 +214,7 @@ class CudaBenchDevice final : public BenchDevice {
   CUevent start_ = nullptr, stop_ = nullptr;
   CUlibrary lib_ = nullptr;
   CUfunction copy_rows_ = nullptr;
+  CUfunction empty_ = nullptr, empty_small_ = nullptr;
 };
 
 }  // namespace

@@ -38,6 +38,16 @@ class BenchDevice {
   virtual double time_ops(const Op& op, size_t n, int iters) = 0;
   // Median host seconds spent issuing one operation.
   virtual double host_time_ops(const Op& op, size_t n, int iters) = 0;
+  // Median host seconds of launching an empty kernel whose parameter block
+  // is as large as the update kernels' (`*param_bytes`), measured as
+  // host_time_ops measures; 0 where launches are not a thing (CPU).
+  // small_s: the same for an 8-byte parameter block.
+  virtual double launch_floor(int iters, size_t* param_bytes, double* small_s) {
+    (void)iters;
+    *param_bytes = 0;
+    *small_s = 0;
+    return 0;
+  }
   // Copies `rows` rows of `row_bytes` bytes (a multiple of 16; both buffers
   // from alloc() and 16-byte aligned): row i of the copy reads src row
   // src_index[i] (i when src_index is null) and writes dst row dst_index[i]

@@ -40,7 +40,9 @@ const char kUsage[] =
     "bandwidth (bytes that must move / time), the device's copy bandwidth for the\n"
     "same number of bytes measured in the same run (CPU: the better of one-thread\n"
     "and multi-thread memcpy; CUDA: device-to-device copy), their ratio, and the\n"
-    "host time of one execute call.\n"
+    "host time of one execute call. On CUDA the header also gives the launch\n"
+    "floor: the host time of cuLaunchKernel of an empty kernel with a parameter\n"
+    "block as large as the update kernels' (and with an 8-byte one).\n"
     "\n"
     "Default configuration (Mamba-2 layer): H=128 P=64 N=128 G=8, x/B/C/z/out bf16,\n"
     "state f32, dt/A/D/dt_bias f32 per head, dt_softplus, z, D and dt_bias present,\n"
@@ -880,6 +882,10 @@ struct Report {
   std::vector<std::string> rows;
   std::string skipped;  // why the configuration was skipped, if it was
   std::string error;    // why the sweep stopped, if it failed
+  // Host time of launching an empty kernel with a parameter block as large
+  // as the update kernels' (CUDA; 0 on the CPU).
+  double launch_floor_us = 0, launch_small_us = 0;
+  size_t launch_param_bytes = 0;
 };
 
 void write_json(const std::string& path, const Options& o, const Report& r) {
@@ -899,6 +905,11 @@ void write_json(const std::string& path, const Options& o, const Report& r) {
   std::fprintf(f, "  \"mode\": \"%s\",\n", r.mode.c_str());
   std::fprintf(f, "  \"config\": %s,\n", r.config_json.c_str());
   std::fprintf(f, "  \"bytes_formula\": \"%s\",\n", json_escape(r.bytes_formula).c_str());
+  if (r.launch_param_bytes)
+    std::fprintf(f,
+                 "  \"launch_floor_us\": %.3f,\n  \"launch_param_bytes\": %zu,\n"
+                 "  \"launch_floor_8_byte_params_us\": %.3f,\n",
+                 r.launch_floor_us, r.launch_param_bytes, r.launch_small_us);
   if (!r.skipped.empty())
     std::fprintf(f, "  \"skipped\": \"%s\",\n", json_escape(r.skipped).c_str());
   if (!r.error.empty())
@@ -929,6 +940,11 @@ void print_header(const Report& rep, double best_copy, bool cuda, const std::str
   std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
               cuda ? "device-to-device copy" : "best of 1-thread and multi-thread memcpy",
               best_copy);
+  if (rep.launch_param_bytes)
+    std::printf("launch floor: %.2f us of host time per cuLaunchKernel of an empty kernel with a "
+                "%zu-byte parameter block (as large as the update kernels'), %.2f us with an "
+                "8-byte one, measured as the host time column is\n",
+                rep.launch_floor_us, rep.launch_param_bytes, rep.launch_small_us);
   std::printf("config: %s\n\n", config.c_str());
 }
 
@@ -1184,6 +1200,9 @@ int run(const Options& o) {
   rep.device = dev->name();
   rep.backend = ssu_backend_name(backend);
   rep.date = utc_now();
+  rep.launch_floor_us =
+      dev->launch_floor(200, &rep.launch_param_bytes, &rep.launch_small_us) * 1e6;
+  rep.launch_small_us *= 1e6;
   std::fprintf(stderr, "ssu-bench: %s backend on %s\n", rep.backend.c_str(), rep.device.c_str());
 
   // A sweep stops at its first failure and prints the rows measured before.

@@ -82,7 +82,8 @@ typedef struct ssu_cuda_pipe_launch {
   int32_t off_A;       /* per-channel form: f32 [rows][N] A tile         */
   int32_t off_dt_rows; /* per-channel form: f32 [rows] step size         */
   int32_t off_D_rows;  /* per-channel form: f32 [rows] D                 */
-  int32_t reserved1;
+  int32_t off_part;    /* f32 partial row sums: 0 = in the state tile's own
+                          rows (T <= 4), else [rows][T][lanes_per_row]     */
 } ssu_cuda_pipe_launch;
 
 /*

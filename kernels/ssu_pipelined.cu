@@ -340,6 +340,59 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
   return enc;
 }
 
+// Row sums are deferred (DEFER below: several tokens, 16-bit states): a lane
+// does not reduce its row's partial sum
+// across the row's lanes at once (five shuffle levels, each a branch on the
+// run-time lane count, and an output store per row). It puts the partial
+// into shared memory, and after the tile each lane of the warp sums one of
+// the warp's rows (and tokens) from there, in the order of the butterfly
+// reduction (level lpr/2 first), so the sum has the same bits, and stores
+// its output. The partials of a row go into the row's own state bytes,
+// which the row's lanes have read by then (T <= 4 partials of 4 bytes fit in
+// a lane's 16-byte chunk), or into a separate stage region for T > 4.
+//
+// The partial of (local task tau = row slot * T + token, lane lane_r) sits at
+// float (row * row_floats + t * lpr + lane_r) with the row's 16-byte columns
+// XOR-swizzled by tau, so that the lanes summing different rows read
+// different banks.
+__device__ __forceinline__ int pipe_part_at(int r, int t, int lane_r, int lpr, int row_floats,
+                                            int tau) {
+  const int s = tau & ((lpr >> 2) - 1 + (lpr < 4));  // lpr < 4: no swizzle
+  return r * row_floats + t * lpr + ((((lane_r >> 2) ^ s) << 2) | (lane_r & 3));
+}
+
+// The sum of a row's `lpr` partials in butterfly order: level off adds
+// element l + off to element l for l < off, from off = lpr / 2 down to 1
+// (what lane 0 of a shuffle-xor reduction computes; every lane of it ends
+// with the same bits, since each addition commutes).
+__device__ __forceinline__ float pipe_part_sum(const float* part, int lpr, int s) {
+  if (lpr < 4) return lpr == 2 ? part[0] + part[1] : part[0];
+  auto col = [&](int m) { return *reinterpret_cast<const float4*>(part + ((m ^ s) << 2)); };
+  if (lpr == 4) {
+    const float4 f = col(0);
+    return (f.x + f.z) + (f.y + f.w);
+  }
+  // The first level as the columns arrive: v[l] = part[l] + part[l + lpr/2].
+  float v[16];
+  const int hc = lpr >> 3;  // 16-byte columns per half
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+    if (m < hc) {
+      const float4 a = col(m), b = col(m + hc);
+      v[4 * m] = a.x + b.x;
+      v[4 * m + 1] = a.y + b.y;
+      v[4 * m + 2] = a.z + b.z;
+      v[4 * m + 3] = a.w + b.w;
+    }
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1)
+    if (2 * off < lpr) {
+#pragma unroll
+      for (int l = 0; l < off; ++l) v[l] += v[l + off];
+    }
+  return v[0];
+}
+
 // Computes an item from its stage: one row per lane group at a time. With
 // one token the lane's B and C columns stay in registers for the whole
 // tile; with T > 1 (MT) a row's state stays in registers across the tokens
@@ -350,12 +403,19 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
                                              uint64_t seed, const PipeKeys& keys, int T) {
   constexpr int VEC = 16 / sizeof(ST);
   constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  // Deferred row sums paid off where a row's reduction was a long chain
+  // (T = 4: one per token and row, +39 %) and for 16-bit states (+5 %), but
+  // cost the f32 and per-channel kernels 2-5 % (H200): those reduce at once.
+  constexpr bool DEFER = MT || (sizeof(ST) == 2 && !PC);
   const ssu_update_params& p = L.p;
   const int tid = threadIdx.x;
   const int lpr = L.lanes_per_row;
+  const int lane = tid & 31;
   const int lane_r = tid & (lpr - 1);
   const int grp = tid / lpr;
   const int ngrp = SSU_CUDA_THREADS / lpr;
+  const int gpw = 32 / lpr;          // groups per warp
+  const int wgrp0 = (tid >> 5) * gpw;  // the warp's first group
   IT* const out = static_cast<IT*>(p.out) + it.b * p.out_stride_b + it.h * p.out_stride_h + it.r0;
   if (sl.src < 0) {
     for (int i = tid; i < T * it.rows; i += SSU_CUDA_THREADS) {
@@ -382,17 +442,20 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
                               : nullptr;
   const uint64_t L_row0 = static_cast<uint64_t>(sl.src * p.state_stride_slot + row0);
   const int iters = (it.rows + ngrp - 1) / ngrp;
-  // Every group runs the same number of iterations, so the shuffles of a
-  // group always have all their lanes. Two rows are interleaved where a
-  // lane has little independent work per row (f32: 4 elements) or long
-  // dependent chains (int16: two reductions). The stochastic kernels do not
-  // interleave: the registers it takes cost a resident block (measured
-  // slower).
+  float* const part = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(st.state) + L.off_part);
+  const int row_floats = L.off_part ? T * lpr : 4 * lpr;
+  const int q0 = lane / lpr;  // this lane's group within the warp
+  // Every group runs the same number of iterations (so __syncwarp has all
+  // its lanes). Two rows are interleaved where a lane has little
+  // independent work per row (f32: 4 elements) or long dependent chains
+  // (int16: the row maximum). The stochastic kernels do not interleave: the
+  // registers it takes cost a resident block (measured slower).
 #pragma unroll((VEC == 4 || QUANT) ? 2 : 1)
   for (int i = 0; i < iters; ++i) {
     const int r_raw = i * ngrp + grp;
     const bool rv = r_raw < it.rows;
     const int r = rv ? r_raw : 0;
+    const int tau0 = (i * gpw + q0) * T;
     float hs[VEC];
     {
       union {
@@ -404,11 +467,12 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
 #pragma unroll
       for (int v = 0; v < VEC; ++v) hs[v] = QUANT ? to_f32(c.e[v]) * rs : to_f32(c.e[v]);
     }
+    // The row's bytes take its partial sums below: all its lanes have read.
+    if (DEFER) __syncwarp();
     if constexpr (PC) {
       // Per-channel A: dA = exp(A[r][n] * dt[r]) per element.
-      const float xv = st.x[r];
+      const float dtx = st.dt_r[r] * st.x[r];
       const float dtr = st.dt_r[r];
-      const float dtx = dtr * xv;
       float acc = 0.f;
 #pragma unroll
       for (int v = 0; v < VEC; v += 4) {
@@ -423,31 +487,33 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       }
       acc = pipe_row_sum(acc, lpr);
       if (rv && lane_r == 0) {
-        float y = acc + st.D_r[r] * xv;
+        float y = acc + st.D_r[r] * st.x[r];
         if (has_z) y *= st.z[r];
         out[r] = from_f32<IT>(y);
       }
     } else if constexpr (!MT) {
-      const float xv = st.x[r];
-      const float dtx = dt * xv;
+      const float dtx = dt * st.x[r];
       float acc = 0.f;
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
         hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
         acc = fmaf(hs[v], Cv[v], acc);
       }
-      acc = pipe_row_sum(acc, lpr);
-      if (rv && lane_r == 0) {
-        float y = acc + Dh * xv;
-        if (has_z) y *= st.z[r];
-        out[r] = from_f32<IT>(y);
+      if constexpr (DEFER) {
+        if (rv) part[pipe_part_at(r, 0, lane_r, lpr, row_floats, tau0)] = acc;
+      } else {
+        acc = pipe_row_sum(acc, lpr);
+        if (rv && lane_r == 0) {
+          float y = acc + Dh * st.x[r];
+          if (has_z) y *= st.z[r];
+          out[r] = from_f32<IT>(y);
+        }
       }
     } else {
 #pragma unroll 1
       for (int t = 0; t < T; ++t) {
-        const float xv = st.x[t * L.row_stride + r];
         const float dAt = st.scal[2 * t + 1];
-        const float dtx = st.scal[2 * t] * xv;
+        const float dtx = st.scal[2 * t] * st.x[t * L.row_stride + r];
         const float* Bt = st.B + t * N + n0;
         const float* Ct = st.C + t * N + n0;
         float acc = 0.f;
@@ -462,12 +528,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
             acc = fmaf(hs[v + j], cc[j], acc);
           }
         }
-        acc = pipe_row_sum(acc, lpr);
-        if (rv && lane_r == 0) {
-          float y = acc + Dh * xv;
-          if (has_z) y *= st.z[t * L.row_stride + r];
-          out[t * p.out_stride_t + r] = from_f32<IT>(y);
-        }
+        if (rv) part[pipe_part_at(r, t, lane_r, lpr, row_floats, tau0 + t)] = acc;
       }
     }
     if (dst) {  // block-uniform
@@ -497,6 +558,26 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         __stcs(reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * N + n0), c.u);
         if (QUANT && lane_r == 0)
           p.state_scale[sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0 + r] = 1.0f / enc;
+      }
+    }
+  }
+  // Each lane sums tasks (row slot, token) of its warp and stores their
+  // outputs: the warp's rows are i * ngrp + wgrp0 + q for q < gpw.
+  if constexpr (DEFER) {
+    __syncwarp();
+    const int tasks = iters * gpw * T;
+    for (int tau = lane; tau < tasks; tau += 32) {
+      const int slot = MT ? tau / T : tau;
+      const int t = MT ? tau - slot * T : 0;
+      const int i = slot / gpw;
+      const int r = i * ngrp + wgrp0 + (slot - i * gpw);
+      if (r < it.rows) {
+        const int s = tau & ((lpr >> 2) - 1 + (lpr < 4));
+        const float acc = pipe_part_sum(part + r * row_floats + t * lpr, lpr, s);
+        const float xv = st.x[t * L.row_stride + r];
+        float y = acc + (PC ? st.D_r[r] : Dh) * xv;
+        if (has_z) y *= st.z[t * L.row_stride + r];
+        out[t * p.out_stride_t + r] = from_f32<IT>(y);
       }
     }
   }

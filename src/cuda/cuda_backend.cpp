@@ -509,7 +509,10 @@ class CudaBackend final : public Backend {
     L->off_A = put(pc ? rows * N * 4 : 0);
     L->off_dt_rows = put(pc ? int64_t(rows) * 4 : 0);
     L->off_D_rows = put(pc ? int64_t(rows) * 4 : 0);
-    L->reserved1 = 0;
+    // Partial row sums (kernels/ssu_pipelined.cu) take the rows' own state
+    // bytes up to 4 tokens, a region of their own beyond.
+    const int64_t lpr = N * sb / 16;
+    L->off_part = T > 4 ? put(rows * T * lpr * 4) : 0;
     L->stage_bytes = static_cast<int32_t>(o);
     return 2 * o;
   }
