@@ -462,7 +462,9 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         uint4 u;
         ST e[VEC];
       } c;
-      c.u = *reinterpret_cast<const uint4*>(st.state + r * N + n0);
+      // A lane past the tile's rows reads nothing: row 0's bytes may hold
+      // another warp's partial sums by now.
+      c.u = rv ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
       const float rs = QUANT ? st.scale[r] : 1.f;
 #pragma unroll
       for (int v = 0; v < VEC; ++v) hs[v] = QUANT ? to_f32(c.e[v]) * rs : to_f32(c.e[v]);
