@@ -404,7 +404,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   constexpr int VEC = 16 / sizeof(ST);
   constexpr bool QUANT = std::is_same<ST, int16_t>::value;
   // Deferred row sums paid off where a row's reduction was a long chain
-  // (T = 4: one per token and row, +39 %) and for 16-bit states (+5 %), but
+  // (T = 4: one per token and row, +35-39 %) and for 16-bit states (+5 %), but
   // cost the f32 and per-channel kernels 2-5 % (H200): those reduce at once.
   constexpr bool DEFER = MT || (sizeof(ST) == 2 && !PC);
   const ssu_update_params& p = L.p;
