@@ -79,13 +79,36 @@ class CudaBenchDevice final : public BenchDevice {
     ok(d_.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
   }
 
+  // The copy rotates over copies of its own (src, dst) pair until every copy
+  // of one replay touches at least kCopyRotationBytes, as the update's calls
+  // rotate through their state pool: copying one small pair again and again
+  // would time the L2 cache (50-60 MB on Hopper), not device memory.
   double time_copy(void* dst, const void* src, size_t bytes, int iters) override {
-    const CUdeviceptr d = reinterpret_cast<CUdeviceptr>(dst);
-    const CUdeviceptr s = reinterpret_cast<CUdeviceptr>(src);
-    const int per_graph = kCallsPerGraph;
+    const size_t per_pair = 2 * std::max<size_t>(bytes, 1);
+    const size_t pairs = std::min<size_t>(
+        kMaxCopyPairs, std::max<size_t>(1, (kCopyRotationBytes + per_pair - 1) / per_pair));
+    std::vector<CUdeviceptr> d{reinterpret_cast<CUdeviceptr>(dst)};
+    std::vector<CUdeviceptr> s{reinterpret_cast<CUdeviceptr>(src)};
+    struct Extra {
+      Driver* d;
+      std::vector<CUdeviceptr> mem;
+      ~Extra() {
+        for (CUdeviceptr p : mem) d->MemFree(p);
+      }
+    } extra{&d_, {}};
+    for (size_t i = 1; i < pairs; ++i) {
+      for (auto* v : {&d, &s}) {
+        CUdeviceptr p = 0;
+        ok(d_.MemAlloc(&p, std::max<size_t>(bytes, 1)), "cuMemAlloc (copy rotation)");
+        extra.mem.push_back(p);
+        v->push_back(p);
+      }
+    }
+    const int per_graph = static_cast<int>(std::max<size_t>(pairs, kCallsPerGraph));
     return time_graph(
         [&](CUstream st) {
-          for (int i = 0; i < per_graph; ++i) ok(d_.MemcpyDtoDAsync(d, s, bytes, st), "cuMemcpyDtoDAsync");
+          for (int i = 0; i < per_graph; ++i)
+            ok(d_.MemcpyDtoDAsync(d[i % pairs], s[i % pairs], bytes, st), "cuMemcpyDtoDAsync");
         },
         per_graph, iters);
   }
@@ -165,6 +188,8 @@ class CudaBenchDevice final : public BenchDevice {
 
  private:
   static constexpr int kCallsPerGraph = 20;
+  static constexpr size_t kCopyRotationBytes = size_t(256) << 20;
+  static constexpr size_t kMaxCopyPairs = 64;
 
   void ok(CUresult r, const char* call) const {
     if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(d_, call, r));

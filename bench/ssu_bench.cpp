@@ -100,7 +100,9 @@ const char kUsage[] =
     "  x, z, out  Bt*H*P*sizeof(input) each;  A, dt, trap  Bt*H*4 each;\n"
     "  D  H*4;  xproj, zproj, outproj  R*H*P*4 each;  src, dst slots  Bt*4 each\n"
     "bandwidth = bytes / median time; copy = a copy of bytes/2 bytes (which moves\n"
-    "the same number of bytes: each read once and written once).\n"
+    "the same number of bytes: each read once and written once), from cold memory:\n"
+    "CUDA copies rotate through buffer pairs of at least 256 MiB in all, the CPU\n"
+    "sweeps its caches before each copy.\n"
     "\n"
     "Calls rotate through disjoint random sets of slots of a state pool of at least\n"
     "4x the last-level cache (CPU) or 256 MiB (CUDA), with model-like random data.\n"
@@ -938,7 +940,7 @@ void print_header(const Report& rep, double best_copy, bool cuda, const std::str
   std::printf("\nssu-bench %s | %s backend | device: %s | algorithm: %s\n", ssu_version_string(),
               rep.backend.c_str(), rep.device.c_str(), rep.algorithm.c_str());
   std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
-              cuda ? "device-to-device copy" : "best of 1-thread and multi-thread memcpy",
+              cuda ? "device-to-device copy (rotated over 256 MiB)" : "best of 1-thread and multi-thread memcpy",
               best_copy);
   if (rep.launch_param_bytes)
     std::printf("launch floor: %.2f us of host time per cuLaunchKernel of an empty kernel with a "
