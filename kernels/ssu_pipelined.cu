@@ -341,8 +341,7 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
 }
 
 // Row sums are deferred (DEFER below: several tokens, 16-bit states): a lane
-// does not reduce its row's partial sum
-// across the row's lanes at once (five shuffle levels, each a branch on the
+// does not reduce its row's partial sum across the row's lanes at once (five shuffle levels, each a branch on the
 // run-time lane count, and an output store per row). It puts the partial
 // into shared memory, and after the tile each lane of the warp sums one of
 // the warp's rows (and tokens) from there, in the order of the butterfly
@@ -354,43 +353,63 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
 // The partial of (local task tau = row slot * T + token, lane lane_r) sits at
 // float (row * row_floats + t * lpr + lane_r) with the row's 16-byte columns
 // XOR-swizzled by tau, so that the lanes summing different rows read
-// different banks.
+// different banks (the swizzle: none below 4 lanes per row).
+__device__ __forceinline__ int pipe_part_swizzle(int tau, int lpr) {
+  return tau & ((lpr >> 2) - 1 + (lpr < 4));
+}
+
 __device__ __forceinline__ int pipe_part_at(int r, int t, int lane_r, int lpr, int row_floats,
                                             int tau) {
-  const int s = tau & ((lpr >> 2) - 1 + (lpr < 4));  // lpr < 4: no swizzle
+  const int s = pipe_part_swizzle(tau, lpr);
   return r * row_floats + t * lpr + ((((lane_r >> 2) ^ s) << 2) | (lane_r & 3));
+}
+
+// Butterfly levels OFF, OFF/2, ..., 1 of v, each a template instance: an inner loop bounded by
+// the outer one's counter stays a loop over local memory in nvcc.
+template <int OFF>
+__device__ __forceinline__ void pipe_fold(float* v) {
+#pragma unroll
+  for (int l = 0; l < OFF; ++l) v[l] += v[l + OFF];
+  if constexpr (OFF > 1) pipe_fold<OFF / 2>(v);
 }
 
 // The sum of a row's `lpr` partials in butterfly order: level off adds
 // element l + off to element l for l < off, from off = lpr / 2 down to 1
 // (what lane 0 of a shuffle-xor reduction computes; every lane of it ends
-// with the same bits, since each addition commutes).
-__device__ __forceinline__ float pipe_part_sum(const float* part, int lpr, int s) {
-  if (lpr < 4) return lpr == 2 ? part[0] + part[1] : part[0];
+// with the same bits, since each addition commutes). One instance per row
+// width, so that every index is a constant (registers, no local memory).
+template <int LPR>
+__device__ __forceinline__ float pipe_part_sum_n(const float* part, int s) {
   auto col = [&](int m) { return *reinterpret_cast<const float4*>(part + ((m ^ s) << 2)); };
-  if (lpr == 4) {
+  if constexpr (LPR == 4) {
     const float4 f = col(0);
     return (f.x + f.z) + (f.y + f.w);
-  }
-  // The first level as the columns arrive: v[l] = part[l] + part[l + lpr/2].
-  float v[16];
-  const int hc = lpr >> 3;  // 16-byte columns per half
+  } else {
+    // The first level as the columns arrive: v[l] = part[l] + part[l + LPR/2].
+    constexpr int HC = LPR / 8;  // 16-byte columns per half
+    float v[LPR / 2];
 #pragma unroll
-  for (int m = 0; m < 4; ++m)
-    if (m < hc) {
-      const float4 a = col(m), b = col(m + hc);
+    for (int m = 0; m < HC; ++m) {
+      const float4 a = col(m), b = col(m + HC);
       v[4 * m] = a.x + b.x;
       v[4 * m + 1] = a.y + b.y;
       v[4 * m + 2] = a.z + b.z;
       v[4 * m + 3] = a.w + b.w;
     }
-#pragma unroll
-  for (int off = 8; off > 0; off >>= 1)
-    if (2 * off < lpr) {
-#pragma unroll
-      for (int l = 0; l < off; ++l) v[l] += v[l + off];
-    }
-  return v[0];
+    pipe_fold<LPR / 4>(v);
+    return v[0];
+  }
+}
+
+__device__ __forceinline__ float pipe_part_sum(const float* part, int lpr, int s) {
+  switch (lpr) {
+    case 32: return pipe_part_sum_n<32>(part, s);
+    case 16: return pipe_part_sum_n<16>(part, s);
+    case 8: return pipe_part_sum_n<8>(part, s);
+    case 4: return pipe_part_sum_n<4>(part, s);
+    case 2: return part[0] + part[1];
+    default: return part[0];
+  }
 }
 
 // Computes an item from its stage: one row per lane group at a time. With
@@ -445,6 +464,84 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   float* const part = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(st.state) + L.off_part);
   const int row_floats = L.off_part ? T * lpr : 4 * lpr;
   const int q0 = lane / lpr;  // this lane's group within the warp
+  if constexpr (MT) {
+    // Several tokens: a lane group takes two rows at a time through the
+    // tokens, so that the two rows' chains overlap and share each token's B,
+    // C, step size and decay loads; a row's state stays in registers across
+    // the tokens. Every group runs the same number of iterations (so
+    // __syncwarp has all its lanes).
+    const int lr4 = lane_r >> 2, lr3 = lane_r & 3;
+    const int smask = (lpr >> 2) - 1 + (lpr < 4);
+#pragma unroll 1
+    for (int i = 0; i < iters; i += 2) {
+      const int ra_raw = i * ngrp + grp, rb_raw = ra_raw + ngrp;
+      const bool va = ra_raw < it.rows, vb = rb_raw < it.rows;
+      const int ra = va ? ra_raw : 0, rb = vb ? rb_raw : 0;
+      float ha[VEC], hb[VEC];
+      {
+        // Lanes past the tile's rows read nothing (row 0 may hold partials).
+        union {
+          uint4 u;
+          ST e[VEC];
+        } ca, cb;
+        ca.u = va ? *reinterpret_cast<const uint4*>(st.state + ra * N + n0) : make_uint4(0, 0, 0, 0);
+        cb.u = vb ? *reinterpret_cast<const uint4*>(st.state + rb * N + n0) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+          ha[v] = to_f32(ca.e[v]);
+          hb[v] = to_f32(cb.e[v]);
+        }
+      }
+      // The rows' bytes take their partial sums below: all their lanes have read.
+      __syncwarp();
+      // Task (row slot, token) tau's partial, swizzled by tau & smask
+      // (pipe_part_at): (a + t) & smask = ((a & smask) + t) & smask.
+      const int sa = ((i * gpw + q0) * T) & smask, sb = ((i * gpw + gpw + q0) * T) & smask;
+      float* pa = part + ra * row_floats + lr3;
+      float* pb = part + rb * row_floats + lr3;
+      const float* const xa = st.x + ra;
+      const float* const xb = st.x + rb;
+#pragma unroll 1
+      for (int t = 0; t < T; ++t) {
+        const float2 sc = *reinterpret_cast<const float2*>(st.scal + 2 * t);  // dt, exp(A*dt)
+        const float dtxa = sc.x * xa[t * L.row_stride];
+        const float dtxb = sc.x * xb[t * L.row_stride];
+        const float* Bt = st.B + t * N + n0;
+        const float* Ct = st.C + t * N + n0;
+        float acca = 0.f, accb = 0.f;
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) {
+          const float4 b4 = *reinterpret_cast<const float4*>(Bt + v);
+          const float4 c4 = *reinterpret_cast<const float4*>(Ct + v);
+          const float bb[4] = {b4.x, b4.y, b4.z, b4.w}, cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            ha[v + j] = ha[v + j] * sc.y + bb[j] * dtxa;  // two roundings, as on the CPU
+            hb[v + j] = hb[v + j] * sc.y + bb[j] * dtxb;
+            acca = fmaf(ha[v + j], cc[j], acca);
+            accb = fmaf(hb[v + j], cc[j], accb);
+          }
+        }
+        if (va) pa[(lr4 ^ ((sa + t) & smask)) << 2] = acca;
+        if (vb) pb[(lr4 ^ ((sb + t) & smask)) << 2] = accb;
+        pa += lpr;
+        pb += lpr;
+      }
+      if (dst) {  // block-uniform
+        Chunk<ST, VEC> c;
+        if (va) {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(ha[v]);
+          __stcs(reinterpret_cast<uint4*>(dst + static_cast<int64_t>(ra) * N + n0), c.u);
+        }
+        if (vb) {
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hb[v]);
+          __stcs(reinterpret_cast<uint4*>(dst + static_cast<int64_t>(rb) * N + n0), c.u);
+        }
+      }
+    }
+  } else {
   // Every group runs the same number of iterations (so __syncwarp has all
   // its lanes). Two rows are interleaved where a lane has little
   // independent work per row (f32: 4 elements) or long dependent chains
@@ -493,7 +590,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         if (has_z) y *= st.z[r];
         out[r] = from_f32<IT>(y);
       }
-    } else if constexpr (!MT) {
+    } else {
       const float dtx = dt * st.x[r];
       float acc = 0.f;
 #pragma unroll
@@ -510,27 +607,6 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
           if (has_z) y *= st.z[r];
           out[r] = from_f32<IT>(y);
         }
-      }
-    } else {
-#pragma unroll 1
-      for (int t = 0; t < T; ++t) {
-        const float dAt = st.scal[2 * t + 1];
-        const float dtx = st.scal[2 * t] * st.x[t * L.row_stride + r];
-        const float* Bt = st.B + t * N + n0;
-        const float* Ct = st.C + t * N + n0;
-        float acc = 0.f;
-#pragma unroll
-        for (int v = 0; v < VEC; v += 4) {
-          const float4 b4 = *reinterpret_cast<const float4*>(Bt + v);
-          const float4 c4 = *reinterpret_cast<const float4*>(Ct + v);
-          const float bb[4] = {b4.x, b4.y, b4.z, b4.w}, cc[4] = {c4.x, c4.y, c4.z, c4.w};
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            hs[v + j] = hs[v + j] * dAt + bb[j] * dtx;
-            acc = fmaf(hs[v + j], cc[j], acc);
-          }
-        }
-        if (rv) part[pipe_part_at(r, t, lane_r, lpr, row_floats, tau0 + t)] = acc;
       }
     }
     if (dst) {  // block-uniform
@@ -563,6 +639,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       }
     }
   }
+  }
   // Each lane sums tasks (row slot, token) of its warp and stores their
   // outputs: the warp's rows are i * ngrp + wgrp0 + q for q < gpw.
   if constexpr (DEFER) {
@@ -574,8 +651,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       const int i = slot / gpw;
       const int r = i * ngrp + wgrp0 + (slot - i * gpw);
       if (r < it.rows) {
-        const int s = tau & ((lpr >> 2) - 1 + (lpr < 4));
-        const float acc = pipe_part_sum(part + r * row_floats + t * lpr, lpr, s);
+        const float acc =
+            pipe_part_sum(part + r * row_floats + t * lpr, lpr, pipe_part_swizzle(tau, lpr));
         const float xv = st.x[t * L.row_stride + r];
         float y = acc + (PC ? st.D_r[r] : Dh) * xv;
         if (has_z) y *= st.z[t * L.row_stride + r];
@@ -641,11 +718,13 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 }  // namespace
 
 // At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
-// tile also allow); int16 rows (the row maximum) and the stochastic kernels
-// (Philox) may use 102 (5 blocks) instead of spilling.
+// tile also allow); int16 rows (the row maximum), the stochastic kernels
+// (Philox) and several tokens (two rows in flight, whose stages with B and C
+// of every token allow 5 blocks at T = 4 anyway) may use 102 (5 blocks)
+// instead of spilling.
 #define SSU_PIPE_KERNEL(name, ST, IT, SR, MODE)                                   \
   extern "C" __global__ void __launch_bounds__(                                   \
-      SSU_CUDA_THREADS, SR ? 5 : std::is_same<ST, int16_t>::value ? 5 : 6)        \
+      SSU_CUDA_THREADS, SR || MODE == 1 || std::is_same<ST, int16_t>::value ? 5 : 6) \
       name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
     pipe_body<ST, IT, SR, MODE>(launch);                                          \
   }
