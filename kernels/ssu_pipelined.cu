@@ -331,9 +331,19 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
   uint32_t m = 0;
 #pragma unroll
   for (int e = 0; e < E; ++e) m = max(m, __float_as_uint(hs[e]) & 0x7fffffffu);
+#if __CUDA_ARCH__ >= 800
+  // One warp-level integer reduction over the row's lanes (a contiguous,
+  // aligned group; every group of the warp runs it with its own mask)
+  // instead of log2(lpr) shuffle levels.
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned gmask =
+      lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (lane & ~static_cast<unsigned>(lpr - 1));
+  m = __reduce_max_sync(gmask, m);
+#else
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1)
     if (off < lpr) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+#endif
   const float enc = ssu_math::int16_encode_factor(__uint_as_float(m));
   // A tiny nonzero maximum gives an infinite factor (0 * enc is NaN there).
   *finite = m < 0x7f800000u && enc < 3.0e38f;
@@ -350,18 +360,15 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
 // which the row's lanes have read by then (T <= 4 partials of 4 bytes fit in
 // a lane's 16-byte chunk), or into a separate stage region for T > 4.
 //
-// The partial of (local task tau = row slot * T + token, lane lane_r) sits at
-// float (row * row_floats + t * lpr + lane_r) with the row's 16-byte columns
-// XOR-swizzled by tau, so that the lanes summing different rows read
-// different banks (the swizzle: none below 4 lanes per row).
-__device__ __forceinline__ int pipe_part_swizzle(int tau, int lpr) {
-  return tau & ((lpr >> 2) - 1 + (lpr < 4));
-}
+// The partial of (row slot, token t; lane lane_r) sits at float (row *
+// row_floats + t * lpr + lane_r) with the row's 16-byte columns XOR-swizzled
+// by s = ((slot * T) ^ t) & smask (smask + 1 columns; none below 4 lanes per
+// row), so that the lanes summing consecutive tasks (slot * T + t) read
+// different banks; s changes with t by one XOR (a uniform value per token).
+__device__ __forceinline__ int pipe_part_smask(int lpr) { return (lpr >> 2) - 1 + (lpr < 4); }
 
-__device__ __forceinline__ int pipe_part_at(int r, int t, int lane_r, int lpr, int row_floats,
-                                            int tau) {
-  const int s = pipe_part_swizzle(tau, lpr);
-  return r * row_floats + t * lpr + ((((lane_r >> 2) ^ s) << 2) | (lane_r & 3));
+__device__ __forceinline__ int pipe_part_swizzle(int slot, int t, int T, int lpr) {
+  return ((slot * T) ^ t) & pipe_part_smask(lpr);
 }
 
 // Butterfly levels OFF, OFF/2, ..., 1 of v, each a template instance: an inner loop bounded by
@@ -471,7 +478,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     // the tokens. Every group runs the same number of iterations (so
     // __syncwarp has all its lanes).
     const int lr4 = lane_r >> 2, lr3 = lane_r & 3;
-    const int smask = (lpr >> 2) - 1 + (lpr < 4);
+    const int smask = pipe_part_smask(lpr);
+    // Kept in a register: rederiving it from the launch parameters costs
+    // five uniform instructions per use in the token loop.
+    int smask4 = smask << 2;
+    asm volatile("" : "+r"(smask4));
 #pragma unroll 1
     for (int i = 0; i < iters; i += 2) {
       const int ra_raw = i * ngrp + grp, rb_raw = ra_raw + ngrp;
@@ -494,9 +505,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       }
       // The rows' bytes take their partial sums below: all their lanes have read.
       __syncwarp();
-      // Task (row slot, token) tau's partial, swizzled by tau & smask
-      // (pipe_part_at): (a + t) & smask = ((a & smask) + t) & smask.
-      const int sa = ((i * gpw + q0) * T) & smask, sb = ((i * gpw + gpw + q0) * T) & smask;
+      // The rows' partials (pipe_part_swizzle; slots i * gpw + q0 and the
+      // next iteration's): column lr4 ^ s of token t is ca ^ (t & smask).
+      // In floats: ca4 ^ ((4 * t) & smask4).
+      const int ca4 = (lr4 ^ (((i * gpw + q0) * T) & smask)) << 2;
+      const int cb4 = (lr4 ^ (((i * gpw + gpw + q0) * T) & smask)) << 2;
       float* pa = part + ra * row_floats + lr3;
       float* pb = part + rb * row_floats + lr3;
       const float* const xa = st.x + ra;
@@ -522,8 +535,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
             accb = fmaf(hb[v + j], cc[j], accb);
           }
         }
-        if (va) pa[(lr4 ^ ((sa + t) & smask)) << 2] = acca;
-        if (vb) pb[(lr4 ^ ((sb + t) & smask)) << 2] = accb;
+        const int ts4 = (4 * t) & smask4;
+        float* const qa = pa + (ca4 ^ ts4);
+        float* const qb = pb + (cb4 ^ ts4);
+        if (va) *qa = acca;
+        if (vb) *qb = accb;
         pa += lpr;
         pb += lpr;
       }
@@ -552,7 +568,6 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     const int r_raw = i * ngrp + grp;
     const bool rv = r_raw < it.rows;
     const int r = rv ? r_raw : 0;
-    const int tau0 = (i * gpw + q0) * T;
     float hs[VEC];
     {
       union {
@@ -599,7 +614,9 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         acc = fmaf(hs[v], Cv[v], acc);
       }
       if constexpr (DEFER) {
-        if (rv) part[pipe_part_at(r, 0, lane_r, lpr, row_floats, tau0)] = acc;
+        if (rv)
+          part[r * row_floats + (((lane_r >> 2) ^ pipe_part_swizzle(i * gpw + q0, 0, 1, lpr)) << 2) +
+               (lane_r & 3)] = acc;
       } else {
         acc = pipe_row_sum(acc, lpr);
         if (rv && lane_r == 0) {
@@ -652,7 +669,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       const int r = i * ngrp + wgrp0 + (slot - i * gpw);
       if (r < it.rows) {
         const float acc =
-            pipe_part_sum(part + r * row_floats + t * lpr, lpr, pipe_part_swizzle(tau, lpr));
+            pipe_part_sum(part + r * row_floats + t * lpr, lpr, pipe_part_swizzle(slot, t, T, lpr));
         const float xv = st.x[t * L.row_stride + r];
         float y = acc + (PC ? st.D_r[r] : Dh) * xv;
         if (has_z) y *= st.z[t * L.row_stride + r];
