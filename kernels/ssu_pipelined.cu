@@ -327,19 +327,18 @@ __device__ __forceinline__ void pipe_encode_sr(ST* e, const float* v, uint64_t s
 // ssu_math::int16_amax_step, and a row holding Inf gets an Inf maximum).
 // Returns the factor; *finite says whether every v * factor is a number.
 template <int E>
-__device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bool* finite) {
+__device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, unsigned gmask,
+                                                    bool* finite) {
   uint32_t m = 0;
 #pragma unroll
   for (int e = 0; e < E; ++e) m = max(m, __float_as_uint(hs[e]) & 0x7fffffffu);
 #if __CUDA_ARCH__ >= 800
-  // One warp-level integer reduction over the row's lanes (a contiguous,
-  // aligned group; every group of the warp runs it with its own mask)
-  // instead of log2(lpr) shuffle levels.
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned gmask =
-      lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (lane & ~static_cast<unsigned>(lpr - 1));
+  // One warp-level integer reduction over the row's lanes (gmask: a
+  // contiguous, aligned group; every group of the warp runs it with its own
+  // mask) instead of log2(lpr) shuffle levels.
   m = __reduce_max_sync(gmask, m);
 #else
+  (void)gmask;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1)
     if (off < lpr) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
@@ -558,6 +557,20 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       }
     }
   } else {
+  // Per-lane constants of the row loop, held in registers (rederiving them
+  // from the launch parameters costs instructions in every iteration):
+  // the row group's mask (int16 maximum), the lane's partial-sum column
+  // base, its state chunk in the destination tile, the tile's row scales.
+  unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
+  int smask = pipe_part_smask(lpr), rf = row_floats;
+  if constexpr (QUANT) asm volatile("" : "+r"(gmask));
+  if constexpr (DEFER) asm volatile("" : "+r"(smask), "+r"(rf));
+  float* const part_lane = part + (lane_r & 3);
+  const int lr4 = lane_r >> 2;
+  ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;  // (per-channel: spills at 80)
+  float* const scale_dst =
+      QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
+                   : nullptr;
   // Every group runs the same number of iterations (so __syncwarp has all
   // its lanes). Two rows are interleaved where a lane has little
   // independent work per row (f32: 4 elements) or long dependent chains
@@ -614,9 +627,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         acc = fmaf(hs[v], Cv[v], acc);
       }
       if constexpr (DEFER) {
-        if (rv)
-          part[r * row_floats + (((lane_r >> 2) ^ pipe_part_swizzle(i * gpw + q0, 0, 1, lpr)) << 2) +
-               (lane_r & 3)] = acc;
+        // pipe_part_swizzle(slot, 0, 1, lpr) of slot i * gpw + q0.
+        if (rv) part_lane[r * rf + ((lr4 ^ ((i * gpw + q0) & smask)) << 2)] = acc;
       } else {
         acc = pipe_row_sum(acc, lpr);
         if (rv && lane_r == 0) {
@@ -631,7 +643,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       float enc = 1.f;
       if constexpr (QUANT) {
         bool finite;
-        enc = pipe_encode_factor<VEC>(hs, lpr, &finite);
+        enc = pipe_encode_factor<VEC>(hs, lpr, gmask, &finite);
         if (finite) {  // |v * enc| cannot be NaN: clamp and round only
 #pragma unroll
           for (int v = 0; v < VEC; ++v) {
@@ -650,9 +662,9 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
       }
       if (rv) {
-        __stcs(reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * N + n0), c.u);
-        if (QUANT && lane_r == 0)
-          p.state_scale[sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0 + r] = 1.0f / enc;
+        __stcs(reinterpret_cast<uint4*>(PC ? dst + static_cast<int64_t>(r) * N + n0 : dst_lane + r * N),
+               c.u);
+        if (QUANT && lane_r == 0) scale_dst[r] = 1.0f / enc;
       }
     }
   }
