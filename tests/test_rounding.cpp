@@ -364,6 +364,43 @@ TEST_CASE("int16 quantizer: zero rows, rails, ties to even, NaN and Inf rows") {
   }
 }
 
+// The pipelined CUDA kernel quantizes a finite row without the clamp to
+// +-32767 (kernels/ssu_pipelined.cu): |fl(v * enc)| <= fl(amax * enc) must
+// stay below 32767.5 for every finite amax whose factor is finite. Scaling
+// amax by a power of two scales enc exactly, so every mantissa of [1, 2)
+// (and subnormal and huge amax on their own) covers the cases.
+TEST_CASE("int16 quantizer: on a finite row the clamp never changes a code") {
+  auto check_amax = [](float amax) {
+    const float enc = ssu_math::int16_encode_factor(amax);
+    if (!(enc < 3.0e38f)) return true;  // the kernel's other path
+    const float top = amax * enc;
+    if (!(top < 32767.5f)) return false;
+    for (float v : {amax, -amax, amax * 0.75f, -amax * 0.999f}) {
+      const float prod = v * enc;
+      if (static_cast<int16_t>(std::nearbyint(prod)) != ssu_math::int16_quantize(v, enc))
+        return false;
+    }
+    return true;
+  };
+  int64_t bad = 0;
+  for (uint32_t m = 0; m < (1u << 23); ++m) {
+    float amax;
+    const uint32_t bits = 0x3f800000u | m;
+    std::memcpy(&amax, &bits, sizeof amax);
+    if (!check_amax(amax)) ++bad;
+  }
+  CHECK(bad == 0);
+  Rng rng(11);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng.u32() & 0x7f7fffffu;  // any finite magnitude, subnormals included
+    float amax;
+    std::memcpy(&amax, &bits, sizeof amax);
+    if (amax == 0.0f) continue;
+    if (!check_amax(amax)) ++bad;
+  }
+  CHECK(bad == 0);
+}
+
 // ---------------------------------------------------------------------------
 // The rounding of a value v with the word of element offset L under many
 // seeds: the mean is v (unbiased) and the up/down decisions of neighbouring
