@@ -350,9 +350,9 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, un
 }
 
 // Row sums are deferred (DEFER below: several tokens, 16-bit states): a lane
-// does not reduce its row's partial sum across the row's lanes at once (five shuffle levels, each a branch on the
-// run-time lane count, and an output store per row). It puts the partial
-// into shared memory, and after the tile each lane of the warp sums one of
+// does not reduce its row's partial sum across the row's lanes at once
+// (five shuffle levels, each a branch on the run-time lane count, and an
+// output store per row). It puts the partial into shared memory, and after the tile each lane of the warp sums one of
 // the warp's rows (and tokens) from there, in the order of the butterfly
 // reduction (level lpr/2 first), so the sum has the same bits, and stores
 // its output. The partials of a row go into the row's own state bytes,
@@ -505,8 +505,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       // The rows' bytes take their partial sums below: all their lanes have read.
       __syncwarp();
       // The rows' partials (pipe_part_swizzle; slots i * gpw + q0 and the
-      // next iteration's): column lr4 ^ s of token t is ca ^ (t & smask).
-      // In floats: ca4 ^ ((4 * t) & smask4).
+      // next iteration's): token t's column lr4 ^ s is, in floats,
+      // ca4 ^ ((4 * t) & smask4).
       const int ca4 = (lr4 ^ (((i * gpw + q0) * T) & smask)) << 2;
       const int cb4 = (lr4 ^ (((i * gpw + gpw + q0) * T) & smask)) << 2;
       float* pa = part + ra * row_floats + lr3;
@@ -557,123 +557,123 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       }
     }
   } else {
-  // Per-lane constants of the row loop, held in registers (rederiving them
-  // from the launch parameters costs instructions in every iteration):
-  // the row group's mask (int16 maximum), the lane's partial-sum column
-  // base, its state chunk in the destination tile, the tile's row scales.
-  unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
-  int smask = pipe_part_smask(lpr), rf = row_floats;
-  if constexpr (QUANT) asm volatile("" : "+r"(gmask));
-  if constexpr (DEFER) asm volatile("" : "+r"(smask), "+r"(rf));
-  float* const part_lane = part + (lane_r & 3);
-  const int lr4 = lane_r >> 2;
-  ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;  // (per-channel: spills at 80)
-  float* const scale_dst =
-      QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
-                   : nullptr;
-  // Every group runs the same number of iterations (so __syncwarp has all
-  // its lanes). Two rows are interleaved where a lane has little
-  // independent work per row (f32: 4 elements) or long dependent chains
-  // (int16: the row maximum). The stochastic kernels do not interleave: the
-  // registers it takes cost a resident block (measured slower).
+    // Per-lane constants of the row loop, held in registers (rederiving them
+    // from the launch parameters costs instructions in every iteration):
+    // the row group's mask (int16 maximum), the lane's partial-sum column
+    // base, its state chunk in the destination tile, the tile's row scales.
+    unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
+    int smask = pipe_part_smask(lpr), rf = row_floats;
+    if constexpr (QUANT) asm volatile("" : "+r"(gmask));
+    if constexpr (DEFER) asm volatile("" : "+r"(smask), "+r"(rf));
+    float* const part_lane = part + (lane_r & 3);
+    const int lr4 = lane_r >> 2;
+    ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;  // (per-channel: spills at 80)
+    float* const scale_dst =
+        QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
+                     : nullptr;
+    // Every group runs the same number of iterations (so __syncwarp has all
+    // its lanes). Two rows are interleaved where a lane has little
+    // independent work per row (f32: 4 elements) or long dependent chains
+    // (int16: the row maximum). The stochastic kernels do not interleave: the
+    // registers it takes cost a resident block (measured slower).
 #pragma unroll((VEC == 4 || QUANT) ? 2 : 1)
-  for (int i = 0; i < iters; ++i) {
-    const int r_raw = i * ngrp + grp;
-    const bool rv = r_raw < it.rows;
-    const int r = rv ? r_raw : 0;
-    float hs[VEC];
-    {
-      union {
-        uint4 u;
-        ST e[VEC];
-      } c;
-      // A lane past the tile's rows reads nothing: row 0's bytes may hold
-      // another warp's partial sums by now.
-      c.u = rv ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
-      const float rs = QUANT ? st.scale[r] : 1.f;
-      // int16 codes through the conversion pipe (one instruction, where the
-      // mantissa trick of to_f32 takes three): 8 per lane and row keep that
-      // pipe a fraction busy.
+    for (int i = 0; i < iters; ++i) {
+      const int r_raw = i * ngrp + grp;
+      const bool rv = r_raw < it.rows;
+      const int r = rv ? r_raw : 0;
+      float hs[VEC];
+      {
+        union {
+          uint4 u;
+          ST e[VEC];
+        } c;
+        // A lane past the tile's rows reads nothing: row 0's bytes may hold
+        // another warp's partial sums by now.
+        c.u = rv ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
+        const float rs = QUANT ? st.scale[r] : 1.f;
+        // int16 codes through the conversion pipe (one instruction, where the
+        // mantissa trick of to_f32 takes three): 8 per lane and row keep that
+        // pipe a fraction busy.
 #pragma unroll
-      for (int v = 0; v < VEC; ++v)
-        hs[v] = QUANT ? static_cast<float>(c.e[v]) * rs : to_f32(c.e[v]);
-    }
-    // The row's bytes take its partial sums below: all its lanes have read.
-    if (DEFER) __syncwarp();
-    if constexpr (PC) {
-      // Per-channel A: dA = exp(A[r][n] * dt[r]) per element.
-      const float dtx = st.dt_r[r] * st.x[r];
-      const float dtr = st.dt_r[r];
-      float acc = 0.f;
+        for (int v = 0; v < VEC; ++v)
+          hs[v] = QUANT ? static_cast<float>(c.e[v]) * rs : to_f32(c.e[v]);
+      }
+      // The row's bytes take its partial sums below: all its lanes have read.
+      if (DEFER) __syncwarp();
+      if constexpr (PC) {
+        // Per-channel A: dA = exp(A[r][n] * dt[r]) per element.
+        const float dtx = st.dt_r[r] * st.x[r];
+        const float dtr = st.dt_r[r];
+        float acc = 0.f;
 #pragma unroll
-      for (int v = 0; v < VEC; v += 4) {
-        const float4 a4 = *reinterpret_cast<const float4*>(st.A + r * N + n0 + v);
-        const float aa[4] = {a4.x, a4.y, a4.z, a4.w};
+        for (int v = 0; v < VEC; v += 4) {
+          const float4 a4 = *reinterpret_cast<const float4*>(st.A + r * N + n0 + v);
+          const float aa[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float dAv = ssu_math::exp(aa[j] * dtr);
-          hs[v + j] = hs[v + j] * dAv + Bv[v + j] * dtx;
-          acc = fmaf(hs[v + j], Cv[v + j], acc);
+          for (int j = 0; j < 4; ++j) {
+            const float dAv = ssu_math::exp(aa[j] * dtr);
+            hs[v + j] = hs[v + j] * dAv + Bv[v + j] * dtx;
+            acc = fmaf(hs[v + j], Cv[v + j], acc);
+          }
         }
-      }
-      acc = pipe_row_sum(acc, lpr);
-      if (rv && lane_r == 0) {
-        float y = acc + st.D_r[r] * st.x[r];
-        if (has_z) y *= st.z[r];
-        out[r] = from_f32<IT>(y);
-      }
-    } else {
-      const float dtx = dt * st.x[r];
-      float acc = 0.f;
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) {
-        hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
-        acc = fmaf(hs[v], Cv[v], acc);
-      }
-      if constexpr (DEFER) {
-        // pipe_part_swizzle(slot, 0, 1, lpr) of slot i * gpw + q0.
-        if (rv) part_lane[r * rf + ((lr4 ^ ((i * gpw + q0) & smask)) << 2)] = acc;
-      } else {
         acc = pipe_row_sum(acc, lpr);
         if (rv && lane_r == 0) {
-          float y = acc + Dh * st.x[r];
+          float y = acc + st.D_r[r] * st.x[r];
           if (has_z) y *= st.z[r];
           out[r] = from_f32<IT>(y);
         }
-      }
-    }
-    if (dst) {  // block-uniform
-      Chunk<ST, VEC> c;
-      float enc = 1.f;
-      if constexpr (QUANT) {
-        bool finite;
-        enc = pipe_encode_factor<VEC>(hs, lpr, gmask, &finite);
-        if (finite) {
-          // No NaN, and no clamp either: |v| <= amax and enc = fl(32767 /
-          // amax) give |fl(v * enc)| <= fl(amax * enc) <= 32767 (1 + 2^-24)^2
-          // < 32767.5, which rounds to at most 32767 in magnitude, so the
-          // clamp of ssu_math::int16_quantize never changes a code here.
+      } else {
+        const float dtx = dt * st.x[r];
+        float acc = 0.f;
 #pragma unroll
-          for (int v = 0; v < VEC; ++v)
-            c.e[v] = static_cast<int16_t>(__float_as_int(hs[v] * enc + 12582912.0f) - 0x4B400000);
+        for (int v = 0; v < VEC; ++v) {
+          hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
+          acc = fmaf(hs[v], Cv[v], acc);
+        }
+        if constexpr (DEFER) {
+          // pipe_part_swizzle(slot, 0, 1, lpr) of slot i * gpw + q0.
+          if (rv) part_lane[r * rf + ((lr4 ^ ((i * gpw + q0) & smask)) << 2)] = acc;
+        } else {
+          acc = pipe_row_sum(acc, lpr);
+          if (rv && lane_r == 0) {
+            float y = acc + Dh * st.x[r];
+            if (has_z) y *= st.z[r];
+            out[r] = from_f32<IT>(y);
+          }
+        }
+      }
+      if (dst) {  // block-uniform
+        Chunk<ST, VEC> c;
+        float enc = 1.f;
+        if constexpr (QUANT) {
+          bool finite;
+          enc = pipe_encode_factor<VEC>(hs, lpr, gmask, &finite);
+          if (finite) {
+            // No NaN, and no clamp either: |v| <= amax and enc = fl(32767 /
+            // amax) give |fl(v * enc)| <= fl(amax * enc) <= 32767 (1 + 2^-24)^2
+            // < 32767.5, which rounds to at most 32767 in magnitude, so the
+            // clamp of ssu_math::int16_quantize never changes a code here.
+#pragma unroll
+            for (int v = 0; v < VEC; ++v)
+              c.e[v] = static_cast<int16_t>(__float_as_int(hs[v] * enc + 12582912.0f) - 0x4B400000);
+          } else {
+#pragma unroll
+            for (int v = 0; v < VEC; ++v) c.e[v] = ssu_math::int16_quantize(hs[v], enc);
+          }
+        } else if constexpr (SR) {
+          pipe_encode_sr<ST, VEC>(c.e, hs, seed, keys, L_row0 + static_cast<uint64_t>(r) * N + n0,
+                                  p.sr_rounds);
         } else {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) c.e[v] = ssu_math::int16_quantize(hs[v], enc);
+          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
         }
-      } else if constexpr (SR) {
-        pipe_encode_sr<ST, VEC>(c.e, hs, seed, keys, L_row0 + static_cast<uint64_t>(r) * N + n0,
-                                p.sr_rounds);
-      } else {
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
-      }
-      if (rv) {
-        __stcs(reinterpret_cast<uint4*>(PC ? dst + static_cast<int64_t>(r) * N + n0 : dst_lane + r * N),
-               c.u);
-        if (QUANT && lane_r == 0) scale_dst[r] = 1.0f / enc;
+        if (rv) {
+          __stcs(reinterpret_cast<uint4*>(PC ? dst + static_cast<int64_t>(r) * N + n0 : dst_lane + r * N),
+                 c.u);
+          if (QUANT && lane_r == 0) scale_dst[r] = 1.0f / enc;
+        }
       }
     }
-  }
   }
   // Each lane sums tasks (row slot, token) of its warp and stores their
   // outputs: the warp's rows are i * ngrp + wgrp0 + q for q < gpw.
