@@ -132,11 +132,11 @@ if [ "${NCU:-0}" != 0 ] && command -v ncu >/dev/null; then
   for cfg in "--state-dtype f32 --batch 256" "--state-dtype bf16 --batch 256" \
              "--tokens 4 --batch 128" "--mamba1 --batch 256"; do
     echo "### ncu: ssu-bench --backend cuda $cfg"
-    ncu --kernel-name regex:ssu_update --launch-skip 3 --launch-count 1 \
+    ncu --kernel-name "regex:ssu_(update|pipe)_" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis \
       "$build/bench/ssu-bench" --backend cuda $cfg --iters 3 2>&1 |
-      grep -E "ssu_update|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth" | head -40
+      grep -E "ssu_(update|pipe)_|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth" | head -40
   done
   note "ncu profiles done"
 fi
