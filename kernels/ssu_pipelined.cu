@@ -418,6 +418,27 @@ __device__ __forceinline__ float pipe_part_sum(const float* part, int lpr, int s
   }
 }
 
+// A lane's 16-byte chunk of tile row r as fp32 (int16 codes times the row's
+// decode scale). A lane past the tile's rows (valid false) reads nothing,
+// since row 0's bytes may hold another warp's partial sums by then, and gets
+// zeros. int16 codes go through the conversion pipe (one instruction, where
+// the mantissa trick of to_f32 takes three): 8 per lane and row keep that
+// pipe a fraction busy.
+template <typename ST, int VEC>
+__device__ __forceinline__ void pipe_load_chunk(const PipeStage<ST>& st, int r, bool valid, int N,
+                                                int n0, float* h) {
+  Chunk<ST, VEC> c;
+  c.u = valid ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
+  if constexpr (std::is_same<ST, int16_t>::value) {
+    const float rs = st.scale[r];
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) h[v] = static_cast<float>(c.e[v]) * rs;
+  } else {
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) h[v] = to_f32(c.e[v]);
+  }
+}
+
 // Computes an item from its stage: one row per lane group at a time. With
 // one token the lane's B and C columns stay in registers for the whole
 // tile; with T > 1 (MT) a row's state stays in registers across the tokens
@@ -488,20 +509,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       const bool va = ra_raw < it.rows, vb = rb_raw < it.rows;
       const int ra = va ? ra_raw : 0, rb = vb ? rb_raw : 0;
       float ha[VEC], hb[VEC];
-      {
-        // Lanes past the tile's rows read nothing (row 0 may hold partials).
-        union {
-          uint4 u;
-          ST e[VEC];
-        } ca, cb;
-        ca.u = va ? *reinterpret_cast<const uint4*>(st.state + ra * N + n0) : make_uint4(0, 0, 0, 0);
-        cb.u = vb ? *reinterpret_cast<const uint4*>(st.state + rb * N + n0) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-          ha[v] = to_f32(ca.e[v]);
-          hb[v] = to_f32(cb.e[v]);
-        }
-      }
+      pipe_load_chunk<ST, VEC>(st, ra, va, N, n0, ha);
+      pipe_load_chunk<ST, VEC>(st, rb, vb, N, n0, hb);
       // The rows' bytes take their partial sums below: all their lanes have read.
       __syncwarp();
       // The rows' partials (pipe_part_swizzle; slots i * gpw + q0 and the
@@ -582,22 +591,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       const bool rv = r_raw < it.rows;
       const int r = rv ? r_raw : 0;
       float hs[VEC];
-      {
-        union {
-          uint4 u;
-          ST e[VEC];
-        } c;
-        // A lane past the tile's rows reads nothing: row 0's bytes may hold
-        // another warp's partial sums by now.
-        c.u = rv ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
-        const float rs = QUANT ? st.scale[r] : 1.f;
-        // int16 codes through the conversion pipe (one instruction, where the
-        // mantissa trick of to_f32 takes three): 8 per lane and row keep that
-        // pipe a fraction busy.
-#pragma unroll
-        for (int v = 0; v < VEC; ++v)
-          hs[v] = QUANT ? static_cast<float>(c.e[v]) * rs : to_f32(c.e[v]);
-      }
+      pipe_load_chunk<ST, VEC>(st, r, rv, N, n0, hs);
       // The row's bytes take its partial sums below: all its lanes have read.
       if (DEFER) __syncwarp();
       if constexpr (PC) {
