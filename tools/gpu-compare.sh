@@ -77,19 +77,10 @@ import json, os, sys
 
 out, cfgs = sys.argv[1], sys.argv[2:]
 
-def rows(path):
+def rows(path):  # one ssu-bench run writes one JSON document
     if not os.path.exists(path):
         return {}
-    text, dec, i, got = open(path).read(), json.JSONDecoder(), 0, {}
-    while i < len(text):
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            break
-        doc, i = dec.raw_decode(text, i)
-        for r in doc.get("rows", []):
-            got[r["batch"]] = r
-    return got
+    return {r["batch"]: r for r in json.load(open(path)).get("rows", [])}
 
 print("| configuration | batch | ref us | new us | new again us | ref ratio | new ratio | time change |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
