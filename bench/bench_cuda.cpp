@@ -79,14 +79,14 @@ class CudaBenchDevice final : public BenchDevice {
     ok(d_.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
   }
 
-  // The copy rotates over copies of its own (src, dst) pair until every copy
-  // of one replay touches at least kCopyRotationBytes, as the update's calls
+  // The copy rotates over copies of its own (src, dst) pair until the copies
+  // of one replay touch at least kCudaRotationBytes, as the update's calls
   // rotate through their state pool: copying one small pair again and again
-  // would time the L2 cache (50-60 MB on Hopper), not device memory.
+  // would time the L2 cache, not device memory.
   double time_copy(void* dst, const void* src, size_t bytes, int iters) override {
     const size_t per_pair = 2 * std::max<size_t>(bytes, 1);
     const size_t pairs = std::min<size_t>(
-        kMaxCopyPairs, std::max<size_t>(1, (kCopyRotationBytes + per_pair - 1) / per_pair));
+        kMaxCopyPairs, std::max<size_t>(1, (kCudaRotationBytes + per_pair - 1) / per_pair));
     std::vector<CUdeviceptr> d{reinterpret_cast<CUdeviceptr>(dst)};
     std::vector<CUdeviceptr> s{reinterpret_cast<CUdeviceptr>(src)};
     struct Extra {
@@ -188,7 +188,6 @@ class CudaBenchDevice final : public BenchDevice {
 
  private:
   static constexpr int kCallsPerGraph = 20;
-  static constexpr size_t kCopyRotationBytes = size_t(256) << 20;
   static constexpr size_t kMaxCopyPairs = 64;
 
   void ok(CUresult r, const char* call) const {

@@ -85,6 +85,10 @@ class BenchDevice {
 std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx, int threads);
 // The largest CPU cache in bytes (32 MiB if the system does not say).
 size_t last_level_cache_bytes();
+// On CUDA, the bytes that a configuration's calls (its state pool) and the
+// copy ceiling's copies rotate through, so that each finds its data out of
+// L2 (50-60 MB on Hopper).
+constexpr size_t kCudaRotationBytes = size_t{256} << 20;
 // Defined in bench_cuda.cpp when the CUDA backend is built; nullptr otherwise.
 std::unique_ptr<BenchDevice> make_cuda_bench_device(ssu_context_t ctx);
 

@@ -26,9 +26,6 @@ namespace {
 using namespace ssu_bench;
 
 constexpr size_t kMiB = size_t{1} << 20;
-// The state pool of one configuration spans at least this many bytes so that
-// consecutive calls find their state out of cache.
-constexpr size_t kCudaPoolBytes = 256 * kMiB;
 // Upper bound on the number of rotated call sets (tiny states only).
 constexpr int64_t kMaxSets = 16384;
 
@@ -1196,7 +1193,7 @@ int run(const Options& o) {
     if (env.cuda)
       for (int64_t b : {128, 256, 512}) env.batches.push_back(b);
   }
-  env.pool_target = env.cuda ? kCudaPoolBytes : 4 * last_level_cache_bytes();
+  env.pool_target = env.cuda ? kCudaRotationBytes : 4 * last_level_cache_bytes();
 
   Report rep;
   rep.device = dev->name();
