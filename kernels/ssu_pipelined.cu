@@ -352,8 +352,9 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, un
 // Row sums are deferred (DEFER below: several tokens, 16-bit states): a lane
 // does not reduce its row's partial sum across the row's lanes at once
 // (five shuffle levels, each a branch on the run-time lane count, and an
-// output store per row). It puts the partial into shared memory, and after the tile each lane of the warp sums one of
-// the warp's rows (and tokens) from there, in the order of the butterfly
+// output store per row). It puts the partial into shared memory, and after
+// the tile each lane of the warp sums one of the warp's rows (and tokens)
+// from there, in the order of the butterfly
 // reduction (level lpr/2 first), so the sum has the same bits, and stores
 // its output. The partials of a row go into the row's own state bytes,
 // which the row's lanes have read by then (T <= 4 partials of 4 bytes fit in
@@ -370,8 +371,9 @@ __device__ __forceinline__ int pipe_part_swizzle(int slot, int t, int T, int lpr
   return ((slot * T) ^ t) & pipe_part_smask(lpr);
 }
 
-// Butterfly levels OFF, OFF/2, ..., 1 of v, each a template instance: an inner loop bounded by
-// the outer one's counter stays a loop over local memory in nvcc.
+// Butterfly levels OFF, OFF/2, ..., 1 of v, each a template instance: an
+// inner loop bounded by the outer one's counter stays a loop over local
+// memory in nvcc.
 template <int OFF>
 __device__ __forceinline__ void pipe_fold(float* v) {
 #pragma unroll
