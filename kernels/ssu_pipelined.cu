@@ -29,12 +29,16 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
 }
 
 // The sum of `v` over a row's `lpr` lanes (a power of two <= 32): five
-// unrolled levels, each taken or skipped by the whole grid (lpr is uniform),
-// instead of a loop with a run-time trip count.
+// butterfly levels that every lane always takes, the levels at or past the
+// row's width selecting the lane's own value. Shuffles under a condition
+// compile to a convergence check and a branch per level (about six
+// instructions, twice the three here), although lpr is uniform.
 __device__ __forceinline__ float pipe_row_sum(float v, int lpr) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
-    if (off < lpr) v += __shfl_xor_sync(0xffffffffu, v, off);
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = off < lpr ? v + o : v;
+  }
   return v;
 }
 
@@ -578,7 +582,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     if constexpr (DEFER) asm volatile("" : "+r"(smask), "+r"(rf));
     float* const part_lane = part + (lane_r & 3);
     const int lr4 = lane_r >> 2;
-    ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;  // (per-channel: spills at 80)
+    // (Per-channel: a row's offset is added to dst, the lane's pointer spills at 80.)
+    ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;
     float* const scale_dst =
         QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
                      : nullptr;
@@ -664,8 +669,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
           for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
         }
         if (rv) {
-          __stcs(reinterpret_cast<uint4*>(PC ? dst + static_cast<int64_t>(r) * N + n0 : dst_lane + r * N),
-                 c.u);
+          __stcs(reinterpret_cast<uint4*>(PC ? dst + (r * N + n0) : dst_lane + r * N), c.u);
           if (QUANT && lane_r == 0) scale_dst[r] = 1.0f / enc;
         }
       }

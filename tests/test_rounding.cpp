@@ -6,6 +6,7 @@
 //    edge (exactly representable values, ties, the carry into the exponent,
 //    f16 flush to zero, overflow to Inf, NaN, Inf, signed zero), then the
 //    library's and the reference's conversions on many random values;
+//  - the library's exp (the decay of every state): accuracy and specials;
 //  - the int16 row quantizer: zero rows, the clip rails, ties to even, the
 //    NaN / Inf row policy;
 //  - statistics: stochastic rounding is unbiased and neighbouring elements
@@ -289,6 +290,34 @@ TEST_CASE("stochastic rounding: library and reference agree on random values") {
 }
 
 // ---------------------------------------------------------------------------
+// The library's exp (ssu_math.h), which both backends use for the decay
+// exp(A * dt): within 1 ulp of the exact value on [-87, 88] (its fused
+// multiply-adds must really be fused: unfused, the bound fails), and the
+// documented values outside.
+TEST_CASE("library exp: within 1 ulp on [-87, 88]; 0 below, Inf above, NaN stays NaN") {
+  auto ulps = [](float x) {
+    const double ref = std::exp(double(x));
+    const double ulp = std::ldexp(1.0, std::ilogb(float(ref)) - 23);
+    return std::fabs(double(ssu_math::exp(x)) - ref) / ulp;
+  };
+  double worst = 0.0;
+  for (float x = -87.0f; x <= 88.0f; x += 1.0f / 256) worst = std::max(worst, ulps(x));
+  Rng rng(5);
+  for (int i = 0; i < 2000000; ++i) worst = std::max(worst, ulps(float(rng.uniform(-87.0, 88.0))));
+  for (int i = 0; i < 200000; ++i) worst = std::max(worst, ulps(float(rng.uniform(-1e-3, 1e-3))));
+  INFO("worst error: " << worst << " ulp");
+  CHECK(worst < 1.0);
+  CHECK(ssu_math::exp(0.0f) == 1.0f);
+  CHECK(bits_of(ssu_math::exp(-87.5f)) == 0u);
+  CHECK(ssu_math::exp(-std::numeric_limits<float>::infinity()) == 0.0f);
+  CHECK(ssu_math::exp(88.5f) == std::numeric_limits<float>::infinity());
+  CHECK(ssu_math::exp(std::numeric_limits<float>::infinity()) ==
+        std::numeric_limits<float>::infinity());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  CHECK(bits_of(ssu_math::exp(nan)) == bits_of(nan));
+  CHECK(bits_of(ssu_math::exp(-nan)) == bits_of(-nan));
+}
+
 TEST_CASE("int16 quantizer: zero rows, rails, ties to even, NaN and Inf rows") {
   auto both = [](const std::vector<float>& v) {
     const LibRow lib = lib_quantize(v);

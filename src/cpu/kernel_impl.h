@@ -52,16 +52,43 @@ __attribute__((always_inline)) inline v8f load8(const float* p) {
 }
 __attribute__((always_inline)) inline void store8(float* p, v8f v) { std::memcpy(p, &v, sizeof v); }
 
+// a * b + c per lane with one rounding (ssu_math::fmadd): the FMA instruction
+// in the avx2 build, the C library's fmaf per lane in the baseline one (an
+// FMA instruction where the target has one; a correctly rounded emulation
+// on x86-64 processors without FMA, which are slow but give the same bits).
+struct V8MulAdd {
+  __attribute__((always_inline)) v8f operator()(v8f a, v8f b, float c) const {
+#if defined(__FMA__)
+    return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, _mm256_set1_ps(c));
+#else
+    v8f r;
+    for (int i = 0; i < 8; ++i) r[i] = __builtin_fmaf(a[i], b[i], c);
+    return r;
+#endif
+  }
+  __attribute__((always_inline)) v8f operator()(v8f a, float b, v8f c) const {
+#if defined(__FMA__)
+    return (v8f)_mm256_fmadd_ps((__m256)a, _mm256_set1_ps(b), (__m256)c);
+#else
+    v8f r;
+    for (int i = 0; i < 8; ++i) r[i] = __builtin_fmaf(a[i], b, c[i]);
+    return r;
+#endif
+  }
+};
+
 __attribute__((always_inline)) inline v8f exp8(v8f x) {
   using namespace ssu_math;
+  const V8MulAdd madd;
   const v8f lo = x < -87.0f ? v8f{} - 87.0f : x;
   const v8f xc = lo > 88.0f ? v8f{} + 88.0f : lo;
-  const v8f k = (xc * kLog2e + kExpShift) - kExpShift;
-  v8f r = xc - k * kLn2Hi;
-  r = r - k * kLn2Lo;
-  const v8f q = exp_poly(r);
-  const v8i ki = __builtin_convertvector(k, v8i);
-  const v8f scale = (v8f)((ki + 127) << 23);  // same-size vector cast: a bit cast
+  const v8f kb = madd(xc, kLog2e, v8f{} + kExpShift);
+  const v8f k = kb - kExpShift;
+  v8f r = madd(k, -kLn2Hi, xc);
+  r = madd(k, -kLn2Lo, r);
+  const v8f q = exp_poly(r, madd);
+  const v8i ki = (v8i)kb - 0x4B400000;        // same-size vector cast: a bit cast
+  const v8f scale = (v8f)((ki + 127) << 23);
   v8f e = q * scale;
   e = x < -87.0f ? v8f{} : e;
   e = x > 88.0f ? v8f{} + INFINITY : e;
