@@ -457,7 +457,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   constexpr bool QUANT = std::is_same<ST, int16_t>::value;
   // Deferred row sums paid off where a row's reduction was a long chain
   // (T = 4: one per token and row, +35-39 %) and for 16-bit states (+5 %), but
-  // cost the f32 and per-channel kernels 2-5 % (H200): those reduce at once.
+  // cost the f32 and per-channel kernels 1-5 % (H200; the per-channel one
+  // measured again with its cheaper exp): those reduce at once.
   constexpr bool DEFER = MT || (sizeof(ST) == 2 && !PC);
   const ssu_update_params& p = L.p;
   const int tid = threadIdx.x;
@@ -601,11 +602,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       pipe_load_chunk<ST, VEC>(st, r, rv, N, n0, hs);
       // The row's bytes take its partial sums below: all its lanes have read.
       if (DEFER) __syncwarp();
+      float acc = 0.f;
       if constexpr (PC) {
         // Per-channel A: dA = exp(A[r][n] * dt[r]) per element.
         const float dtx = st.dt_r[r] * st.x[r];
         const float dtr = st.dt_r[r];
-        float acc = 0.f;
 #pragma unroll
         for (int v = 0; v < VEC; v += 4) {
           const float4 a4 = *reinterpret_cast<const float4*>(st.A + r * N + n0 + v);
@@ -617,30 +618,23 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
             acc = fmaf(hs[v + j], Cv[v + j], acc);
           }
         }
-        acc = pipe_row_sum(acc, lpr);
-        if (rv && lane_r == 0) {
-          float y = acc + st.D_r[r] * st.x[r];
-          if (has_z) y *= st.z[r];
-          out[r] = from_f32<IT>(y);
-        }
       } else {
         const float dtx = dt * st.x[r];
-        float acc = 0.f;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) {
           hs[v] = hs[v] * dA + Bv[v] * dtx;  // two roundings, as on the CPU
           acc = fmaf(hs[v], Cv[v], acc);
         }
-        if constexpr (DEFER) {
-          // pipe_part_swizzle(slot, 0, 1, lpr) of slot i * gpw + q0.
-          if (rv) part_lane[r * rf + ((lr4 ^ ((i * gpw + q0) & smask)) << 2)] = acc;
-        } else {
-          acc = pipe_row_sum(acc, lpr);
-          if (rv && lane_r == 0) {
-            float y = acc + Dh * st.x[r];
-            if (has_z) y *= st.z[r];
-            out[r] = from_f32<IT>(y);
-          }
+      }
+      if constexpr (DEFER) {
+        // pipe_part_swizzle(slot, 0, 1, lpr) of slot i * gpw + q0.
+        if (rv) part_lane[r * rf + ((lr4 ^ ((i * gpw + q0) & smask)) << 2)] = acc;
+      } else {
+        acc = pipe_row_sum(acc, lpr);
+        if (rv && lane_r == 0) {
+          float y = acc + (PC ? st.D_r[r] : Dh) * st.x[r];
+          if (has_z) y *= st.z[r];
+          out[r] = from_f32<IT>(y);
         }
       }
       if (dst) {  // block-uniform

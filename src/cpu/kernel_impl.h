@@ -80,19 +80,16 @@ struct V8MulAdd {
 __attribute__((always_inline)) inline v8f exp8(v8f x) {
   using namespace ssu_math;
   const V8MulAdd madd;
-  const v8f lo = x < -87.0f ? v8f{} - 87.0f : x;
-  const v8f xc = lo > 88.0f ? v8f{} + 88.0f : lo;
+  const v8f lo = x < -88.0f ? v8f{} - 88.0f : x;
+  const v8f xc = lo > 89.0f ? v8f{} + 89.0f : lo;
   const v8f kb = madd(xc, kLog2e, v8f{} + kExpShift);
   const v8f k = kb - kExpShift;
   v8f r = madd(k, -kLn2Hi, xc);
   r = madd(k, -kLn2Lo, r);
   const v8f q = exp_poly(r, madd);
   const v8i ki = (v8i)kb - 0x4B400000;        // same-size vector cast: a bit cast
-  const v8f scale = (v8f)((ki + 127) << 23);
-  v8f e = q * scale;
-  e = x < -87.0f ? v8f{} : e;
-  e = x > 88.0f ? v8f{} + INFINITY : e;
-  return x != x ? x : e;
+  const v8f scale = (v8f)((ki + 127) << 23);  // k in [-127, 128]: 0 ... +Inf
+  return q * scale;
 }
 
 __attribute__((always_inline)) inline v8f log1p8(v8f e) {
