@@ -227,19 +227,7 @@ class CudaBackend final : public Backend {
            "memory per block, more than this device's %d", static_cast<long long>(p.rank),
            static_cast<long long>(p.dim), static_cast<long long>(p.dstate),
            static_cast<long long>(need), max_smem_);
-    switch (requested) {
-      case SSU_ALGORITHM_AUTO:
-        return m3p_form(p) == nullptr ? SSU_ALGORITHM_CUDA_PIPELINED : SSU_ALGORITHM_CUDA_SIMPLE;
-      case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
-      case SSU_ALGORITHM_CUDA_PIPELINED:
-        if (const char* why = m3p_form(p))
-          fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm cuda_pipelined cannot run this "
-               "Mamba-3 step: %s; use cuda_simple or auto", why);
-        return SSU_ALGORITHM_CUDA_PIPELINED;
-      default:
-        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %s cannot run the Mamba-3 step on the "
-             "CUDA backend; use cuda_pipelined, cuda_simple or auto", algorithm_name(requested));
-    }
+    return choose_algorithm(requested, m3p_form(p), "Mamba-3 step");
   }
 
   void execute_mamba3_step(const ssu_mamba3_params& p, ssu_algorithm_t algorithm,
@@ -319,23 +307,11 @@ class CudaBackend final : public Backend {
              static_cast<long long>(p.ntokens), static_cast<long long>(p.dstate),
              static_cast<long long>(need), max_smem_);
     }
-    switch (requested) {
-      case SSU_ALGORITHM_AUTO:
-        return pipe_form(p) == nullptr ? SSU_ALGORITHM_CUDA_PIPELINED : SSU_ALGORITHM_CUDA_SIMPLE;
-      case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
-      case SSU_ALGORITHM_CUDA_PIPELINED:
-            if (const char* why = pipe_form(p))
-          fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm cuda_pipelined cannot run this update: "
-               "%s; use cuda_simple or auto", why);
-        return SSU_ALGORITHM_CUDA_PIPELINED;
-      case SSU_ALGORITHM_CUDA_TMA:
-        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE,
-             "algorithm cuda_tma is not implemented by this libssu; use cuda_pipelined, "
-             "cuda_simple or auto");
-      default:
-        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %s cannot run on the CUDA backend",
-             algorithm_name(requested));
-    }
+    if (requested == SSU_ALGORITHM_CUDA_TMA)
+      fail(SSU_ERROR_ALGORITHM_UNAVAILABLE,
+           "algorithm cuda_tma is not implemented by this libssu; use cuda_pipelined, "
+           "cuda_simple or auto");
+    return choose_algorithm(requested, pipe_form(p), "update");
   }
 
   void execute_update(const ssu_update_params& p, ssu_algorithm_t algorithm,
@@ -431,6 +407,27 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A plan's algorithm for an operation (`what`: "update", "Mamba-3 step")
+  // whose pipelined kernels cannot take its form for reason `why_not` (null:
+  // they can): auto takes the pipelined kernels where they can, the simple
+  // ones elsewhere; a pinned algorithm is taken or refused with the reason.
+  static ssu_algorithm_t choose_algorithm(ssu_algorithm_t requested, const char* why_not,
+                                          const char* what) {
+    switch (requested) {
+      case SSU_ALGORITHM_AUTO:
+        return why_not == nullptr ? SSU_ALGORITHM_CUDA_PIPELINED : SSU_ALGORITHM_CUDA_SIMPLE;
+      case SSU_ALGORITHM_CUDA_SIMPLE: return SSU_ALGORITHM_CUDA_SIMPLE;
+      case SSU_ALGORITHM_CUDA_PIPELINED:
+        if (why_not)
+          fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm cuda_pipelined cannot run this %s: %s; "
+               "use cuda_simple or auto", what, why_not);
+        return SSU_ALGORITHM_CUDA_PIPELINED;
+      default:
+        fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %s cannot run the %s on the CUDA "
+             "backend; use cuda_pipelined, cuda_simple or auto", algorithm_name(requested), what);
+    }
+  }
+
   // The single-token form the pipelined kernels run (kernels/ssu_pipelined.cu),
   // or why not.
   static const char* pipe_form(const ssu_update_params& p) {
