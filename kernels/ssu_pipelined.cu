@@ -12,7 +12,8 @@
 // up to 8 tokens with the final-state store only; no varlen, per-token
 // stores or intermediate buffer; per-head A and step size (Mamba-2),
 // per-head or no D, or (one token, round to nearest) per-channel A as dense
-// f32 rows with per-channel or per-head dt, dt_bias and D (Mamba-1); state rows of N = lanes_per_row * VEC elements (one
+// f32 rows with per-channel or per-head dt, dt_bias and D (Mamba-1; with N =
+// 16 one lane per row, A read from global memory); state rows of N = lanes_per_row * VEC elements (one
 // 16-byte chunk per lane, lanes_per_row a power of two), 16-byte aligned
 // state rows. With one token every state format: f32, f16 and bf16 (round
 // to nearest or stochastic) and int16 with row scales. The state step is the canonical one of ssu_math.h, so the
@@ -154,9 +155,19 @@ struct PipeStage {
   }
 };
 
+// The row-per-lane layout (RL: the Mamba-1 form with N = 16, one lane per
+// state row): 16-byte chunk c of a tile of CPR chunks per row (row c / CPR,
+// column c % CPR) is kept at chunk c ^ ((c >> 3) & (CPR - 1)), so that the
+// eight lanes of a 16-byte shared-memory load phase, which read one column of
+// eight consecutive rows, hit eight different groups of four banks.
+template <int CPR>
+__device__ __forceinline__ int pipe_rl_chunk(int c) {
+  return c ^ ((c >> 3) & (CPR - 1));
+}
+
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
 // into stage `st`, the operands into registers. T: tokens per sequence.
-template <typename ST, typename IT, int OPS, bool PC>
+template <typename ST, typename IT, int OPS, bool PC, bool RL>
 __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                            const PipeSlots& sl, const PipeStage<ST>& st,
                                            PipeOps<IT, OPS>& ops, int T) {
@@ -168,7 +179,8 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const ST* src = static_cast<const ST*>(p.state) + sl.src * p.state_stride_slot +
                   it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;
   const int chunks = it.rows * N / VEC;
-  for (int c = tid; c < chunks; c += SSU_CUDA_THREADS) cp_async_16(st.state + c * VEC, src + c * VEC);
+  for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
+    cp_async_16(st.state + (RL ? pipe_rl_chunk<16 / VEC>(c) : c) * VEC, src + c * VEC);
   if constexpr (std::is_same<ST, int16_t>::value) {
     const float* sc = p.state_scale + sl.src * p.state_scale_stride_slot + it.h * p.dim + it.r0;
     for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) cp_async_4(st.scale + r, sc + r);
@@ -198,7 +210,9 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
     // each row's step size, bias and D.
     const float* a = static_cast<const float*>(p.A) + it.h * p.A_stride_h +
                      static_cast<int64_t>(it.r0) * N;
-    for (int c = tid; c < it.rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(st.A + 4 * c, a + 4 * c);
+    // (RL: the rows read their A straight from global memory.)
+    if constexpr (!RL)
+      for (int c = tid; c < it.rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(st.A + 4 * c, a + 4 * c);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int r = tid + k * SSU_CUDA_THREADS;
@@ -449,7 +463,7 @@ __device__ __forceinline__ void pipe_load_chunk(const PipeStage<ST>& st, int r, 
 // one token the lane's B and C columns stay in registers for the whole
 // tile; with T > 1 (MT) a row's state stays in registers across the tokens
 // and each token's B and C columns come from shared memory.
-template <typename ST, typename IT, bool SR, bool MT, bool PC>
+template <typename ST, typename IT, bool SR, bool MT, bool PC, bool RL>
 __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                              const PipeSlots& sl, const PipeStage<ST>& st,
                                              uint64_t seed, const PipeKeys& keys, int T) {
@@ -494,6 +508,61 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   ST* const dst = sl.dst >= 0 ? static_cast<ST*>(p.state) + sl.dst * p.state_stride_slot + row0
                               : nullptr;
   const uint64_t L_row0 = static_cast<uint64_t>(sl.src * p.state_stride_slot + row0);
+  if constexpr (RL) {
+    // One lane per row of N = 16 (Mamba-1): no reduction across lanes and
+    // one output per lane. A row's CPR chunk sums are added in the order of
+    // the lane-group kernels' butterfly ((c0 + c2) + (c1 + c3), c0 + c1), so
+    // the output has the same bits; the state step is the same. A (one f32
+    // row per channel, shared by every sequence, hence in L2) is read from
+    // global memory, so that the stages hold state tiles only: twice the
+    // rows in flight per block for the same shared memory.
+    constexpr int CPR = 16 / VEC;
+    static_assert(PC && !MT && !SR && !QUANT, "row per lane: the per-channel RN form");
+    const float4* const A4 = reinterpret_cast<const float4*>(
+        static_cast<const float*>(p.A) + it.h * p.A_stride_h + static_cast<int64_t>(it.r0) * 16);
+    for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) {
+      const int sw = (r >> (CPR == 4 ? 1 : 2)) & (CPR - 1);  // pipe_rl_chunk's columns
+      float4 arow[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) arow[q] = __ldg(A4 + r * 4 + q);
+      const float dtr = st.dt_r[r];
+      const float dtx = dtr * st.x[r];
+      float acc[CPR];
+#pragma unroll
+      for (int k = 0; k < CPR; ++k) {
+        float hs[VEC];
+        pipe_load_chunk<ST, VEC>(st, r, true, 16, (k ^ sw) * VEC, hs);
+        acc[k] = 0.f;
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) {
+          const int n = k * VEC + v;
+          const float4 a4 = arow[n >> 2];
+          const float4 b4 = *reinterpret_cast<const float4*>(st.B + n);
+          const float4 c4 = *reinterpret_cast<const float4*>(st.C + n);
+          const float aa[4] = {a4.x, a4.y, a4.z, a4.w}, bb[4] = {b4.x, b4.y, b4.z, b4.w},
+                      cc[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float dAv = ssu_math::exp(aa[j] * dtr);
+            hs[v + j] = hs[v + j] * dAv + bb[j] * dtx;  // two roundings, as on the CPU
+            acc[k] = fmaf(hs[v + j], cc[j], acc[k]);
+          }
+        }
+        if (dst) {  // block-uniform
+          Chunk<ST, VEC> c;
+#pragma unroll
+          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
+          __stcs(reinterpret_cast<uint4*>(dst + (r * 16 + k * VEC)), c.u);
+        }
+      }
+      const float sum = CPR == 4 ? (acc[0] + acc[CPR / 2]) + (acc[1] + acc[CPR - 1])
+                                 : acc[0] + acc[CPR - 1];
+      float y = sum + st.D_r[r] * st.x[r];
+      if (has_z) y *= st.z[r];
+      out[r] = from_f32<IT>(y);
+    }
+    return;
+  }
   const int iters = (it.rows + ngrp - 1) / ngrp;
   float* const part = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(st.state) + L.off_part);
   const int row_floats = L.off_part ? T * lpr : 4 * lpr;
@@ -692,10 +761,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
 }
 
 // MODE 0: one token, per-head A and step size; 1: several tokens (MT);
-// 2: one token, per-channel A, step size and D (PC, the Mamba-1 layout).
+// 2: one token, per-channel A, step size and D (PC, the Mamba-1 layout);
+// 3: mode 2 with N = 16, one lane per state row (RL).
 template <typename ST, typename IT, bool SR, int MODE>
 __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
-  constexpr bool MT = MODE == 1, PC = MODE == 2;
+  constexpr bool MT = MODE == 1, PC = MODE >= 2, RL = MODE == 3;
   constexpr int OPS = MT ? 8 : 4;
   const ssu_update_params& p = L.p;
   const int64_t items = L.items;
@@ -712,7 +782,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
   {
     const PipeStage<ST> first(L, 0);
-    pipe_issue<ST, IT, OPS, PC>(L, cur, cur_sl, first, ops, T);
+    pipe_issue<ST, IT, OPS, PC, RL>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     pipe_stage_ops<ST, IT, OPS, PC>(L, cur, cur_sl, first, ops, T);
   }
@@ -730,13 +800,13 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
-      pipe_issue<ST, IT, OPS, PC>(L, nxt, nxt_sl, there, ops, T);
+      pipe_issue<ST, IT, OPS, PC, RL>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     __syncthreads();
-    pipe_compute<ST, IT, SR, MT, PC>(L, cur, cur_sl, here, seed, keys, T);
+    pipe_compute<ST, IT, SR, MT, PC, RL>(L, cur, cur_sl, here, seed, keys, T);
     if (nitem < items) pipe_stage_ops<ST, IT, OPS, PC>(L, nxt, nxt_sl, there, ops, T);
     cur = nxt;
     cur_sl = nxt_sl;
@@ -776,3 +846,7 @@ SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 1, _mt)
 SSU_PIPE_KERNELS_FOR(f32, float, false, 2, _pc)
 SSU_PIPE_KERNELS_FOR(f16, f16, false, 2, _pc)
 SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 2, _pc)
+// The same with N = 16, one lane per state row (Mamba-1 as released).
+SSU_PIPE_KERNELS_FOR(f32, float, false, 3, _pc16)
+SSU_PIPE_KERNELS_FOR(f16, f16, false, 3, _pc16)
+SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 3, _pc16)

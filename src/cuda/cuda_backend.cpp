@@ -181,6 +181,10 @@ class CudaBackend final : public Backend {
               pipe_pc_fn_[s][i] = load_streaming_kernel(
                   format("ssu_pipe_%s_%s_pc", kDtypeNames[s], kDtypeNames[i]).c_str());
               pipe_pc_regs_blocks_[s][i] = blocks_by_registers(pipe_pc_fn_[s][i]);
+              // the same with N = 16, one lane per row
+              pipe_pc16_fn_[s][i] = load_streaming_kernel(
+                  format("ssu_pipe_%s_%s_pc16", kDtypeNames[s], kDtypeNames[i]).c_str());
+              pipe_pc16_regs_blocks_[s][i] = blocks_by_registers(pipe_pc16_fn_[s][i]);
             }
           }
       if (const char* e = std::getenv("SSU_CUDA_PIPE_TILE")) {
@@ -486,7 +490,9 @@ class CudaBackend final : public Backend {
 
   // Fills the stage layout of `L` for tiles of `rows` rows; returns the
   // shared memory of a block (two stages).
-  static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
+  // a_tile: the per-channel form stages A rows (not the N = 16 kernels).
+  static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L,
+                             bool a_tile) {
     const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
     L->row_stride = pow2_ceil(rows);
     L->log2_row_stride = log2_exact(L->row_stride);
@@ -503,7 +509,7 @@ class CudaBackend final : public Backend {
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
     L->off_scal = put((2 * T + 1) * 4);
     const bool pc = p.features & SSU_F_A_PER_CHANNEL;
-    L->off_A = put(pc ? rows * N * 4 : 0);
+    L->off_A = put(pc && a_tile ? rows * N * 4 : 0);
     L->off_dt_rows = put(pc ? int64_t(rows) * 4 : 0);
     L->off_D_rows = put(pc ? int64_t(rows) * 4 : 0);
     // Partial row sums (kernels/ssu_pipelined.cu) take the rows' own state
@@ -537,26 +543,37 @@ class CudaBackend final : public Backend {
     int64_t max_rows = 1;
     while (2 * p.ntokens * (max_rows * 2) <= (mt ? 8 : 4) * SSU_CUDA_THREADS) max_rows *= 2;
     if (max_rows < groups) return false;
-    const CUfunction fn = pc ? pipe_pc_fn_[si][ii] : mt ? pipe_mt_fn_[si][ii] : pipe_fn_[si][ii][sr];
-    const int by_regs = pc   ? pipe_pc_regs_blocks_[si][ii]
+    // Per-channel rows of N = 16 (Mamba-1): one lane per row.
+    const bool pc16 = pc && N == 16;
+    const CUfunction fn = pc16 ? pipe_pc16_fn_[si][ii]
+                          : pc ? pipe_pc_fn_[si][ii]
+                          : mt ? pipe_mt_fn_[si][ii]
+                               : pipe_fn_[si][ii][sr];
+    const int by_regs = pc16 ? pipe_pc16_regs_blocks_[si][ii]
+                        : pc ? pipe_pc_regs_blocks_[si][ii]
                         : mt ? pipe_mt_regs_blocks_[si][ii]
                              : pipe_regs_blocks_[si][ii][sr];
     if (!fn) fail(SSU_ERROR_INTERNAL, "no pipelined CUDA kernel for this state dtype");
-    // The per-channel A tile (f32 rows) shares the tile budget with the state.
-    const int64_t tile_bytes = pc ? pipe_tile_bytes_ * sb / (sb + 4) : pipe_tile_bytes_;
+    // The per-channel A tile (f32 rows) shares the tile budget with the
+    // state. The N = 16 kernels read A from global memory instead and take
+    // half the budget (H100, f32 state: 0.90 / 0.94 of the copy at batch
+    // 256 / 512 with 8 KiB tiles, 0.85 / 0.91 with 16 KiB).
+    const int64_t tile_bytes = pc16 ? pipe_tile_bytes_ / 2
+                               : pc ? pipe_tile_bytes_ * sb / (sb + 4)
+                                    : pipe_tile_bytes_;
     int rows = static_cast<int>(std::min<int64_t>(
         {int64_t(P), max_rows, std::max<int64_t>(groups, tile_bytes / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
-        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + 1024)));
+        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L, !pc16) + 1024)));
     if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < resident * sms_) return false;
     for (;;) {
-      const int64_t smem = pipe_layout(p, rows, &L);
+      const int64_t smem = pipe_layout(p, rows, &L, !pc16);
       resident = std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem + 1024)));
       const int64_t items = bh * ((P + rows - 1) / rows);
       if (rows <= groups || items >= 2 * resident * sms_) break;
       rows = std::max(groups, rows / 2);
     }
-    const int64_t smem = pipe_layout(p, rows, &L);
+    const int64_t smem = pipe_layout(p, rows, &L, !pc16);
     if (smem > max_smem_)
       fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%d needs %lld bytes of shared memory per block, more "
            "than this device's %d", N, static_cast<long long>(smem), max_smem_);
@@ -760,6 +777,8 @@ class CudaBackend final : public Backend {
   int pipe_mt_regs_blocks_[3][3] = {};
   CUfunction pipe_pc_fn_[3][3] = {};
   int pipe_pc_regs_blocks_[3][3] = {};
+  CUfunction pipe_pc16_fn_[3][3] = {};
+  int pipe_pc16_regs_blocks_[3][3] = {};
   static constexpr int64_t kPipeMaxTokens = 8;
   static constexpr int64_t kPipeMaxTokenStates = 512;  // ntokens*dstate: 8 operands per thread
   // Tuning and test knobs (environment, read at context creation):
