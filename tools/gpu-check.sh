@@ -116,7 +116,8 @@ if [ "${BENCH:-1}" != 0 ]; then
   bench --state-dtype f32 $iters
   bench --state-dtype bf16 --batch 1,8,64,256 $iters
   bench --state-dtype f16 --batch 1,8,64,256 $iters
-  bench --mamba1 --batch 1,8,64,256 $iters
+  bench --mamba1 --batch 1,8,64,256,512 $iters
+  bench --mamba1 --state-dtype bf16 --batch 8,64,256,512 $iters
   bench --tokens 4 --batch 1,8,64,128 $iters
   if [ "${BENCH_NEW:-1}" != 0 ]; then
     bench --state-dtype i16 $iters
