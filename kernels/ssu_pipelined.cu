@@ -208,11 +208,12 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   if constexpr (PC) {
     // The tile's per-channel A rows (dense f32, checked by the host), and
     // each row's step size, bias and D.
-    const float* a = static_cast<const float*>(p.A) + it.h * p.A_stride_h +
-                     static_cast<int64_t>(it.r0) * N;
     // (RL: the rows read their A straight from global memory.)
-    if constexpr (!RL)
+    if constexpr (!RL) {
+      const float* a = static_cast<const float*>(p.A) + it.h * p.A_stride_h +
+                       static_cast<int64_t>(it.r0) * N;
       for (int c = tid; c < it.rows * N / 4; c += SSU_CUDA_THREADS) cp_async_16(st.A + 4 * c, a + 4 * c);
+    }
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int r = tid + k * SSU_CUDA_THREADS;
@@ -459,6 +460,15 @@ __device__ __forceinline__ void pipe_load_chunk(const PipeStage<ST>& st, int r, 
   }
 }
 
+// One state element of the per-channel form: h = h * exp(a * dt) + b * (dt *
+// x) with two roundings, as on the CPU, and its term of the output sum.
+__device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c, float dt,
+                                             float dtx, float& acc) {
+  const float dA = ssu_math::exp(a * dt);
+  h = h * dA + b * dtx;
+  acc = fmaf(h, c, acc);
+}
+
 // Computes an item from its stage: one row per lane group at a time. With
 // one token the lane's B and C columns stay in registers for the whole
 // tile; with T > 1 (MT) a row's state stays in registers across the tokens
@@ -542,11 +552,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
           const float aa[4] = {a4.x, a4.y, a4.z, a4.w}, bb[4] = {b4.x, b4.y, b4.z, b4.w},
                       cc[4] = {c4.x, c4.y, c4.z, c4.w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float dAv = ssu_math::exp(aa[j] * dtr);
-            hs[v + j] = hs[v + j] * dAv + bb[j] * dtx;  // two roundings, as on the CPU
-            acc[k] = fmaf(hs[v + j], cc[j], acc[k]);
-          }
+          for (int j = 0; j < 4; ++j) pipe_pc_step(hs[v + j], aa[j], bb[j], cc[j], dtr, dtx, acc[k]);
         }
         if (dst) {  // block-uniform
           Chunk<ST, VEC> c;
@@ -681,11 +687,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
           const float4 a4 = *reinterpret_cast<const float4*>(st.A + r * N + n0 + v);
           const float aa[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float dAv = ssu_math::exp(aa[j] * dtr);
-            hs[v + j] = hs[v + j] * dAv + Bv[v + j] * dtx;
-            acc = fmaf(hs[v + j], Cv[v + j], acc);
-          }
+          for (int j = 0; j < 4; ++j)
+            pipe_pc_step(hs[v + j], aa[j], Bv[v + j], Cv[v + j], dtr, dtx, acc);
         }
       } else {
         const float dtx = dt * st.x[r];

@@ -490,9 +490,13 @@ class CudaBackend final : public Backend {
 
   // Fills the stage layout of `L` for tiles of `rows` rows; returns the
   // shared memory of a block (two stages).
-  // a_tile: the per-channel form stages A rows (not the N = 16 kernels).
-  static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L,
-                             bool a_tile) {
+  // The per-channel form with N = 16 (Mamba-1 as released) runs the `_pc16`
+  // kernels: one lane per row, A read from global memory rather than staged.
+  static bool pipe_row_per_lane(const ssu_update_params& p) {
+    return (p.features & SSU_F_A_PER_CHANNEL) && p.dstate == 16;
+  }
+
+  static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
     const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
     L->row_stride = pow2_ceil(rows);
     L->log2_row_stride = log2_exact(L->row_stride);
@@ -509,7 +513,7 @@ class CudaBackend final : public Backend {
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
     L->off_scal = put((2 * T + 1) * 4);
     const bool pc = p.features & SSU_F_A_PER_CHANNEL;
-    L->off_A = put(pc && a_tile ? rows * N * 4 : 0);
+    L->off_A = put(pc && !pipe_row_per_lane(p) ? rows * N * 4 : 0);
     L->off_dt_rows = put(pc ? int64_t(rows) * 4 : 0);
     L->off_D_rows = put(pc ? int64_t(rows) * 4 : 0);
     // Partial row sums (kernels/ssu_pipelined.cu) take the rows' own state
@@ -543,8 +547,7 @@ class CudaBackend final : public Backend {
     int64_t max_rows = 1;
     while (2 * p.ntokens * (max_rows * 2) <= (mt ? 8 : 4) * SSU_CUDA_THREADS) max_rows *= 2;
     if (max_rows < groups) return false;
-    // Per-channel rows of N = 16 (Mamba-1): one lane per row.
-    const bool pc16 = pc && N == 16;
+    const bool pc16 = pipe_row_per_lane(p);
     const CUfunction fn = pc16 ? pipe_pc16_fn_[si][ii]
                           : pc ? pipe_pc_fn_[si][ii]
                           : mt ? pipe_mt_fn_[si][ii]
@@ -564,16 +567,16 @@ class CudaBackend final : public Backend {
     int rows = static_cast<int>(std::min<int64_t>(
         {int64_t(P), max_rows, std::max<int64_t>(groups, tile_bytes / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
-        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L, !pc16) + 1024)));
+        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + 1024)));
     if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < resident * sms_) return false;
     for (;;) {
-      const int64_t smem = pipe_layout(p, rows, &L, !pc16);
+      const int64_t smem = pipe_layout(p, rows, &L);
       resident = std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem + 1024)));
       const int64_t items = bh * ((P + rows - 1) / rows);
       if (rows <= groups || items >= 2 * resident * sms_) break;
       rows = std::max(groups, rows / 2);
     }
-    const int64_t smem = pipe_layout(p, rows, &L, !pc16);
+    const int64_t smem = pipe_layout(p, rows, &L);
     if (smem > max_smem_)
       fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%d needs %lld bytes of shared memory per block, more "
            "than this device's %d", N, static_cast<long long>(smem), max_smem_);
