@@ -564,6 +564,9 @@ class CudaBackend final : public Backend {
     const int64_t tile_bytes = pc16 ? pipe_tile_bytes_ / 2
                                : pc ? pipe_tile_bytes_ * sb / (sb + 4)
                                     : pipe_tile_bytes_;
+    // The _pc16 kernels hold the per-channel operands of one f32 row per
+    // thread (two 16-bit rows), so their f32 tiles stop at 128 rows.
+    if (pc16 && sb == 4) max_rows = std::min<int64_t>(max_rows, SSU_CUDA_THREADS);
     int rows = static_cast<int>(std::min<int64_t>(
         {int64_t(P), max_rows, std::max<int64_t>(groups, tile_bytes / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
