@@ -311,33 +311,68 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
 // Stochastic rounding of a 16-byte chunk whose first element has pool offset
 // L0, a multiple of 4 (the host guarantees it): one Philox call per four
 // elements, its words in order (ssu_math::philox4x32 with the keys above
-// for 10 rounds, the generic loop otherwise).
+// for 10 rounds, the generic loop otherwise). Returns the chunk's bits.
+//
+// With 10 rounds the chunk's calls run round by round side by side, so that
+// each round's keys are formed once for all of them and their multiply
+// chains overlap. bf16 elements are rounded as ssu_math::f32_to_bf16_sr
+// does, two at a time: each sum keeps its result in its upper half (a NaN
+// becomes its sign and 0x7fc0), and one byte permute takes both upper halves.
 template <typename ST, int VEC>
-__device__ __forceinline__ void pipe_encode_sr(ST* e, const float* v, uint64_t seed,
-                                               const PipeKeys& keys, uint64_t L0,
-                                               uint32_t rounds) {
-  uint16_t bits[VEC];
+__device__ __forceinline__ uint4 pipe_encode_sr(const float* v, uint64_t seed,
+                                                const PipeKeys& keys, uint64_t L0,
+                                                uint32_t rounds) {
+  constexpr int NC = VEC / 4;  // Philox calls per chunk
+  uint32_t w[VEC];             // element i's random word
+  if (rounds == 10) {
+    uint32_t c0[NC], c1[NC], c2[NC], c3[NC];
 #pragma unroll
-  for (int q = 0; q < VEC; q += 4) {
-    ssu_math::u32x4 r;
-    if (rounds == 10) {
-      const uint64_t ctr = L0 + q;
-      uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0,
-               c3 = 0;
-#pragma unroll
-      for (int i = 0; i < 10; ++i) ssu_math::philox_round(c0, c1, c2, c3, keys.k0[i], keys.k1[i]);
-      r.v[0] = c0;
-      r.v[1] = c1;
-      r.v[2] = c2;
-      r.v[3] = c3;
-    } else {
-      r = ssu_math::philox4x32(seed, L0 + q, rounds);
+    for (int q = 0; q < NC; ++q) {
+      const uint64_t ctr = L0 + 4 * q;
+      c0[q] = static_cast<uint32_t>(ctr);
+      c1[q] = static_cast<uint32_t>(ctr >> 32);
+      c2[q] = 0;
+      c3[q] = 0;
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) bits[q + j] = sr_bits<ST>(v[q + j], r.v[j]);
-  }
+    for (int i = 0; i < 10; ++i)
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) e[i] = *reinterpret_cast<const ST*>(&bits[i]);
+      for (int q = 0; q < NC; ++q)
+        ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], keys.k0[i], keys.k1[i]);
+#pragma unroll
+    for (int q = 0; q < NC; ++q) {
+      w[4 * q] = c0[q];
+      w[4 * q + 1] = c1[q];
+      w[4 * q + 2] = c2[q];
+      w[4 * q + 3] = c3[q];
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < NC; ++q) {
+      const ssu_math::u32x4 r = ssu_math::philox4x32(seed, L0 + 4 * q, rounds);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) w[4 * q + j] = r.v[j];
+    }
+  }
+  uint32_t out[4];
+  if constexpr (std::is_same<ST, bf16>::value) {
+    auto sum = [](float x, uint32_t word) {
+      const uint32_t u = __float_as_uint(x);
+      // sign | 0x7fc00000 as one three-input LOP3 ((a & b) | c).
+      uint32_t nan;
+      asm("lop3.b32 %0, %1, 0x80000000, %2, 0xEA;" : "=r"(nan) : "r"(u), "r"(0x7fc00000u));
+      return x != x ? nan : u + (word & 0xffffu);
+    };
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      out[k] = __byte_perm(sum(v[2 * k], w[2 * k]), sum(v[2 * k + 1], w[2 * k + 1]), 0x7632);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      out[k] = static_cast<uint32_t>(sr_bits<ST>(v[2 * k], w[2 * k])) |
+               static_cast<uint32_t>(sr_bits<ST>(v[2 * k + 1], w[2 * k + 1])) << 16;
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 // The int16 encode factor of a row spread over `lpr` lanes: the largest
@@ -765,8 +800,8 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
             for (int v = 0; v < VEC; ++v) c.e[v] = ssu_math::int16_quantize(hs[v], enc);
           }
         } else if constexpr (SR) {
-          pipe_encode_sr<ST, VEC>(c.e, hs, seed, keys, L_row0 + static_cast<uint64_t>(r) * N + n0,
-                                  p.sr_rounds);
+          c.u = pipe_encode_sr<ST, VEC>(hs, seed, keys, L_row0 + static_cast<uint64_t>(r) * N + n0,
+                                        p.sr_rounds);
         } else {
 #pragma unroll
           for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
