@@ -161,8 +161,12 @@ struct PipeStage {
 // eight lanes of a 16-byte shared-memory load phase, which read one column of
 // eight consecutive rows, hit eight different groups of four banks.
 template <int CPR>
+__device__ __forceinline__ int pipe_rl_swizzle(int c) {
+  return (c >> 3) & (CPR - 1);
+}
+template <int CPR>
 __device__ __forceinline__ int pipe_rl_chunk(int c) {
-  return c ^ ((c >> 3) & (CPR - 1));
+  return c ^ pipe_rl_swizzle<CPR>(c);
 }
 
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
@@ -574,10 +578,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     // memory measured 2-5 % slower.
     constexpr bool VIA_STAGE = CPR == 4;
     // The warp's first tile chunk c0 is a multiple of 32 * CPR in every
-    // pass, so chunk c0 + 32 m + lane sits at c0 + 32 m + lsw (pipe_rl_chunk).
-    const int lsw = lane ^ ((lane >> 3) & (CPR - 1));
+    // pass, so chunk c0 + 32 m + lane sits at c0 + 32 m + pipe_rl_chunk(lane).
+    const int lsw = pipe_rl_chunk<CPR>(lane);
     auto row = [&](const int r) {
-      const int sw = (r >> (CPR == 4 ? 1 : 2)) & (CPR - 1);  // pipe_rl_chunk's columns
+      // Row r's chunk k sits at r * CPR + (k ^ sw) (pipe_rl_chunk, k < CPR).
+      const int sw = pipe_rl_swizzle<CPR>(r * CPR);
       float4 arow[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) arow[q] = __ldg(A4 + r * 4 + q);
@@ -616,28 +621,30 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       if (has_z) y *= st.z[r];
       out[r] = from_f32<IT>(y);
     };
-    if constexpr (!VIA_STAGE) {
-      for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) row(r);
-      return;
-    }
-#pragma unroll 1
-    for (int rb = 0; rb < it.rows; rb += SSU_CUDA_THREADS) {
-      if (rb + tid < it.rows) row(rb + tid);
-      if (dst) {  // block-uniform
-        __syncwarp();
-        const int c0 = (rb + (tid & ~31)) * CPR;
-        const int left = it.rows * CPR - c0;  // the tile's chunks from c0 on
-        const uint4* const from = reinterpret_cast<const uint4*>(st.state + (c0 + lsw) * VEC);
-        uint4* const to = reinterpret_cast<uint4*>(dst + (c0 + lane) * VEC);
-        if (left >= 32 * CPR) {
+    // Each warp's runs of 32 rows from tile row rb on (after its rows' row()).
+    auto store_runs = [&](const int rb) {
+      __syncwarp();
+      const int c0 = (rb + (tid & ~31)) * CPR;
+      const int left = it.rows * CPR - c0;  // the tile's chunks from c0 on
+      const uint4* const from = reinterpret_cast<const uint4*>(st.state + (c0 + lsw) * VEC);
+      uint4* const to = reinterpret_cast<uint4*>(dst + (c0 + lane) * VEC);
+      if (left >= 32 * CPR) {
 #pragma unroll
-          for (int m = 0; m < CPR; ++m) __stcs(to + 32 * m, from[32 * m]);
-        } else {
+        for (int m = 0; m < CPR; ++m) __stcs(to + 32 * m, from[32 * m]);
+      } else {
 #pragma unroll
-          for (int m = 0; m < CPR; ++m)
-            if (lane + 32 * m < left) __stcs(to + 32 * m, from[32 * m]);
-        }
+        for (int m = 0; m < CPR; ++m)
+          if (lane + 32 * m < left) __stcs(to + 32 * m, from[32 * m]);
       }
+    };
+    if constexpr (VIA_STAGE) {
+#pragma unroll 1
+      for (int rb = 0; rb < it.rows; rb += SSU_CUDA_THREADS) {
+        if (rb + tid < it.rows) row(rb + tid);
+        if (dst) store_runs(rb);  // block-uniform
+      }
+    } else {
+      for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) row(r);
     }
     return;
   }
