@@ -43,6 +43,15 @@ __device__ __forceinline__ float pipe_row_sum(float v, int lpr) {
   return v;
 }
 
+// log2 of a row's lanes (a power of two): the row-group arithmetic below is
+// shifts by it (a division by the run-time lane count is a ~20-instruction
+// sequence, and nvcc repeats the group geometry for every item).
+static_assert(SSU_CUDA_THREADS == 128, "the shifts below take 128 threads");
+constexpr int kLogThreads = 7;
+__device__ __forceinline__ int pipe_log2_lpr(const ssu_cuda_pipe_launch& L) {
+  return __ffs(L.lanes_per_row) - 1;
+}
+
 // n / d for 0 <= n < 2^31 through the host's magic number (ssu_cuda_fastdiv).
 __device__ __forceinline__ int pipe_div(int n, const ssu_cuda_fastdiv& d) {
   const unsigned t = __umulhi(static_cast<unsigned>(n), d.magic);
@@ -171,7 +180,7 @@ __device__ __forceinline__ int pipe_rl_chunk(int c) {
 
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
 // into stage `st`, the operands into registers. T: tokens per sequence.
-template <bool PC, bool RL, typename ST, typename IT, int OPS, int RPT>
+template <bool PC, bool RL, bool MT, typename ST, typename IT, int OPS, int RPT>
 __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                            const PipeSlots& sl, const PipeStage<ST>& st,
                                            PipeOps<IT, OPS, RPT>& ops, int T) {
@@ -183,8 +192,20 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const ST* src = static_cast<const ST*>(p.state) + sl.src * p.state_stride_slot +
                   it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;
   const int chunks = it.rows * N / VEC;
-  for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
-    cp_async_16(st.state + (RL ? pipe_rl_chunk<16 / VEC>(c) : c) * VEC, src + c * VEC);
+  if constexpr (RL) {
+    for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
+      cp_async_16(st.state + pipe_rl_chunk<16 / VEC>(c) * VEC, src + c * VEC);
+  } else {
+    // Byte pointers stepped by the block's 2 KiB (the 64-bit element
+    // address of `src + c * VEC` was rederived for every chunk).
+    const unsigned char* g = reinterpret_cast<const unsigned char*>(src) + tid * 16;
+    unsigned char* sm = reinterpret_cast<unsigned char*>(st.state) + tid * 16;
+    for (int c = tid; c < chunks; c += SSU_CUDA_THREADS) {
+      cp_async_16(sm, g);
+      g += SSU_CUDA_THREADS * 16;
+      sm += SSU_CUDA_THREADS * 16;
+    }
+  }
   if constexpr (std::is_same<ST, int16_t>::value) {
     const float* sc = p.state_scale + sl.src * p.state_scale_stride_slot + it.h * p.dim + it.r0;
     for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) cp_async_4(st.scale + r, sc + r);
@@ -194,9 +215,20 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const IT* xb = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
   const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
   const bool has_z = p.features & SSU_F_HAS_Z;
+  if constexpr (!MT) {
+    // One token: B | C and x | z as two runs each, no token arithmetic.
+    const int R = L.row_stride;
+#pragma unroll
+    for (int k = 0; k < OPS; ++k) {
+      const int j = tid + k * SSU_CUDA_THREADS;
+      if (j < 2 * N) ops.bc[k] = __ldg(j < N ? Bb + j : Cb + (j - N));
+      const int r = j < R ? j : j - R;
+      if (r < it.rows && (j < R || (has_z && j < 2 * R))) ops.xz[k] = __ldg((j < R ? xb : zb) + r);
+    }
+  }
   const int TN = T * N, TR = T * L.row_stride;
 #pragma unroll
-  for (int k = 0; k < OPS; ++k) {
+  for (int k = 0; k < (MT ? OPS : 0); ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
     if (j < 2 * TN) {
       const int jj = j < TN ? j : j - TN;
@@ -312,39 +344,29 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
   return k;
 }
 
-// Stochastic rounding of a 16-byte chunk whose first element has pool offset
-// L0, a multiple of 4 (the host guarantees it): one Philox call per four
-// elements, its words in order (ssu_math::philox4x32 with the keys above
-// for 10 rounds, the generic loop otherwise). Returns the chunk's bits.
-//
-// With 10 rounds the chunk's calls run round by round side by side, so that
-// each round's keys are formed once for all of them and their multiply
-// chains overlap. bf16 elements are rounded as ssu_math::f32_to_bf16_sr
-// does, two at a time: each sum keeps its result in its upper half (a NaN
-// becomes its sign and 0x7fc0), and one byte permute takes both upper halves.
-template <typename ST, int VEC>
-__device__ __forceinline__ uint4 pipe_encode_sr(const float* v, uint64_t seed,
-                                                const PipeKeys& keys, uint64_t L0,
-                                                uint32_t rounds) {
-  constexpr int NC = VEC / 4;  // Philox calls per chunk
-  uint32_t w[VEC];             // element i's random word
+// The Philox words of a 16-byte chunk of 8 elements whose first element has
+// pool offset L0, a multiple of 4 (the host guarantees it): two calls, their
+// words in order (ssu_math::philox4x32 with the keys above for 10 rounds,
+// the generic loop otherwise). With 10 rounds the two calls run round by
+// round side by side, so that each round's keys serve both and their
+// multiply chains overlap.
+__device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const PipeKeys& keys,
+                                              uint64_t L0, uint32_t rounds) {
   if (rounds == 10) {
-    uint32_t c0[NC], c1[NC], c2[NC], c3[NC];
+    uint32_t c0[2], c1[2], c2[2] = {0, 0}, c3[2] = {0, 0};
 #pragma unroll
-    for (int q = 0; q < NC; ++q) {
+    for (int q = 0; q < 2; ++q) {
       const uint64_t ctr = L0 + 4 * q;
       c0[q] = static_cast<uint32_t>(ctr);
       c1[q] = static_cast<uint32_t>(ctr >> 32);
-      c2[q] = 0;
-      c3[q] = 0;
     }
 #pragma unroll
     for (int i = 0; i < 10; ++i)
 #pragma unroll
-      for (int q = 0; q < NC; ++q)
+      for (int q = 0; q < 2; ++q)
         ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], keys.k0[i], keys.k1[i]);
 #pragma unroll
-    for (int q = 0; q < NC; ++q) {
+    for (int q = 0; q < 2; ++q) {
       w[4 * q] = c0[q];
       w[4 * q + 1] = c1[q];
       w[4 * q + 2] = c2[q];
@@ -352,25 +374,60 @@ __device__ __forceinline__ uint4 pipe_encode_sr(const float* v, uint64_t seed,
     }
   } else {
 #pragma unroll
-    for (int q = 0; q < NC; ++q) {
+    for (int q = 0; q < 2; ++q) {
       const ssu_math::u32x4 r = ssu_math::philox4x32(seed, L0 + 4 * q, rounds);
 #pragma unroll
       for (int j = 0; j < 4; ++j) w[4 * q + j] = r.v[j];
     }
   }
+}
+
+// The stochastically rounded bits of 8 values with their random words,
+// exactly ssu_math::f32_to_bf16_sr / f32_to_f16_sr. Values that need those
+// functions' special cases take them on a rarely executed branch; the common
+// path is:
+// - bf16: the sum of the value's bits and the word's low 16 bits (no carry
+//   reaches the sign for a number), both upper halves packed by one byte
+//   permute. The branch: a NaN (one unordered compare per pair of values).
+// - f16 (sm_80 and later): the sum with the low 13 bits, as a float t; a
+//   multiply by 2^-112 that flushes to zero exactly the |t| below 2^-14 (f32
+//   results below 2^-126), one back by 2^112 (exact), and a conversion
+//   toward zero of two values at once, which truncates the low 13 bits of a
+//   number in f16's normal range. The branch: a NaN value, |t| >= 2^16 (Inf
+//   in f16, where the conversion would give the largest finite value), Inf.
+template <typename ST>
+__device__ __forceinline__ uint4 pipe_sr_pack(const float* v, const uint32_t* w) {
   uint32_t out[4];
+  bool rare = false;
   if constexpr (std::is_same<ST, bf16>::value) {
-    auto sum = [](float x, uint32_t word) {
-      const uint32_t u = __float_as_uint(x);
-      // sign | 0x7fc00000 as one three-input LOP3 ((a & b) | c).
-      uint32_t nan;
-      asm("lop3.b32 %0, %1, 0x80000000, %2, 0xEA;" : "=r"(nan) : "r"(u), "r"(0x7fc00000u));
-      return x != x ? nan : u + (word & 0xffffu);
-    };
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      out[k] = __byte_perm(sum(v[2 * k], w[2 * k]), sum(v[2 * k + 1], w[2 * k + 1]), 0x7632);
+    for (int k = 0; k < 4; ++k) {
+      rare |= v[2 * k] != v[2 * k] || v[2 * k + 1] != v[2 * k + 1];
+      out[k] = __byte_perm(__float_as_uint(v[2 * k]) + (w[2 * k] & 0xffffu),
+                           __float_as_uint(v[2 * k + 1]) + (w[2 * k + 1] & 0xffffu), 0x7632);
+    }
   } else {
+#if __CUDA_ARCH__ >= 800
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      // (A NaN's sum can carry into the sign: it is tested on its own.)
+      rare |= v[2 * k] != v[2 * k] || v[2 * k + 1] != v[2 * k + 1];
+      float t[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        t[j] = __uint_as_float(__float_as_uint(v[2 * k + j]) + (w[2 * k + j] & 0x1fffu));
+        rare |= !(fabsf(t[j]) < 65536.0f);
+        float f;
+        asm("mul.rn.ftz.f32 %0, %1, 0f07800000;" : "=f"(f) : "f"(t[j]));  // 2^-112
+        t[j] = f * 0x1p112f;
+      }
+      asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(out[k]) : "f"(t[1]), "f"(t[0]));
+    }
+#else
+    rare = true;
+#endif
+  }
+  if (rare) {
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       out[k] = static_cast<uint32_t>(sr_bits<ST>(v[2 * k], w[2 * k])) |
@@ -508,6 +565,172 @@ __device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c
   acc = fmaf(h, c, acc);
 }
 
+// The row loop of the 16-bit states (f16 and bf16 rounded to nearest or
+// stochastically, int16) with one token and per-head A and step size: one
+// 16-byte chunk (VEC = 8) per lane and row, row sums deferred (their
+// partials go into the rows' own bytes). Row r = i * ngrp + grp of step i
+// starts at tile element r * N; the lane's chunk of it sits at element
+// (128 i + tid) * 8, of the stage and of the destination alike, so that a
+// step moves every address by a constant and the loop keeps pointers, not
+// indices. Steps go two rows at a time (one warp barrier for both, the
+// second row's loads in flight with the first's), rows known to exist; a
+// last step or two of rows that may not exist takes predicated accesses.
+template <typename ST, bool SR>
+__device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const PipeItem& it,
+                                            const PipeStage<ST>& st, ST* dst, float* scale_dst,
+                                            uint64_t L_row0, uint64_t seed, const PipeKeys& keys,
+                                            const float* Bs, const float* Cs, float dt,
+                                            float dA) {
+  constexpr int VEC = 8;
+  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  static_assert(sizeof(ST) == 2 && !(SR && QUANT), "16-bit states");
+  // Two rows per step where the kernel may hold 96 registers (below).
+  constexpr bool PAIR = SR || QUANT;
+  const int tid = threadIdx.x;
+  const int lpr = L.lanes_per_row;
+  const int lane_r = tid & (lpr - 1);
+  const int lg = pipe_log2_lpr(L);
+  const int grp = tid >> lg;
+  const int ngrp = SSU_CUDA_THREADS >> lg;
+  const int gpw = 32 >> lg;
+  const int q0 = (tid & 31) >> lg;
+  // Per-lane constants, held in registers.
+  int smask = pipe_part_smask(lpr);
+  unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
+  asm volatile("" : "+r"(smask), "+r"(gmask));
+  unsigned char* const chunk0 = reinterpret_cast<unsigned char*>(st.state) + tid * 16;
+  unsigned char* const row0 = chunk0 - lane_r * 16;  // the row's first byte
+  // The lane's partial within its row's bytes: pipe_part_swizzle(i * gpw +
+  // q0, 0, 1, lpr) = ((i * gpw) & smask) ^ (q0 & smask), the first term
+  // uniform per step (bits of its own, as q0 < gpw).
+  const int pofs = (((lane_r >> 2) ^ (q0 & smask)) << 4) | ((lane_r & 3) << 2);
+  const float* const xg = st.x + grp;
+  const float* const sg = st.scale + grp;
+  ST* const dg = dst ? dst + tid * VEC : nullptr;
+  float* const scg = scale_dst ? scale_dst + grp : nullptr;
+  const uint64_t Lg = L_row0 + static_cast<uint64_t>(tid) * VEC;
+  const ssu_update_params& p = L.p;
+
+  // Step i's chunk as fp32 (zeros for a row that does not exist).
+  auto load = [&](int i, bool v, float* h) {
+    Chunk<ST, VEC> c;
+    c.u = v ? *reinterpret_cast<const uint4*>(chunk0 + i * (SSU_CUDA_THREADS * 16))
+            : make_uint4(0, 0, 0, 0);
+    if constexpr (QUANT) {
+      const float rs = v ? sg[i * ngrp] : 0.f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) h[e] = static_cast<float>(c.e[e]) * rs;
+    } else if constexpr (std::is_same<ST, bf16>::value) {
+      // A pair's two values straight from its word (to_f32 of the upper
+      // element compiles to a permute and a shift).
+      const uint32_t wd[4] = {c.u.x, c.u.y, c.u.z, c.u.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        h[2 * k] = __uint_as_float(wd[k] << 16);
+        h[2 * k + 1] = __uint_as_float(wd[k] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) h[e] = to_f32(c.e[e]);
+    }
+  };
+  // The state step and the lane's partial of the row sum, put in the row's bytes.
+  auto step = [&](int i, bool v, float* h) {
+    const float dtx = dt * (v ? xg[i * ngrp] : 0.f);
+    // The lane's B and C columns, read again each row: held for the whole
+    // tile, their 16 registers made the kernels spill.
+    float Bv[VEC], Cv[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e += 4) {
+      const float4 b4 = *reinterpret_cast<const float4*>(Bs + e);
+      const float4 c4 = *reinterpret_cast<const float4*>(Cs + e);
+      Bv[e] = b4.x; Bv[e + 1] = b4.y; Bv[e + 2] = b4.z; Bv[e + 3] = b4.w;
+      Cv[e] = c4.x; Cv[e + 1] = c4.y; Cv[e + 2] = c4.z; Cv[e + 3] = c4.w;
+    }
+    float acc = 0.f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      h[e] = h[e] * dA + Bv[e] * dtx;  // two roundings, as on the CPU
+      acc = fmaf(h[e], Cv[e], acc);
+    }
+    const int sw = ((i * gpw) & smask) << 4;
+    if (v) *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + (pofs ^ sw)) = acc;
+  };
+  // The row's new state, encoded and stored (and its int16 scale).
+  auto store = [&](int i, bool v, const float* h) {
+    Chunk<ST, VEC> c;
+    float enc = 1.f;
+    if constexpr (QUANT) {
+      bool finite;
+      enc = pipe_encode_factor<VEC>(h, lpr, gmask, &finite);
+      if (finite) {
+        // No NaN, and no clamp either: |v| <= amax and enc = fl(32767 /
+        // amax) give |fl(v * enc)| <= fl(amax * enc) <= 32767 (1 + 2^-24)^2
+        // < 32767.5, which rounds to at most 32767 in magnitude, so the
+        // clamp of ssu_math::int16_quantize never changes a code here.
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          c.e[e] = static_cast<int16_t>(__float_as_int(h[e] * enc + 12582912.0f) - 0x4B400000);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) c.e[e] = ssu_math::int16_quantize(h[e], enc);
+      }
+    } else if constexpr (SR) {
+      uint32_t w[VEC];
+      pipe_sr_words(w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC),
+                    p.sr_rounds);
+      c.u = pipe_sr_pack<ST>(h, w);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) c.e[e] = from_f32<ST>(h[e]);
+    }
+    if (v) {
+      __stcs(reinterpret_cast<uint4*>(dg + i * (SSU_CUDA_THREADS * VEC)), c.u);
+      if (QUANT && lane_r == 0) scg[i * ngrp] = 1.0f / enc;
+    }
+  };
+  auto steps = [&](auto has_dst) {
+    const int full = it.rows >> (kLogThreads - lg);  // steps whose rows all exist
+    const int iters = (it.rows + ngrp - 1) >> (kLogThreads - lg);
+    int i = 0;
+#pragma unroll 1
+    for (; PAIR && i + 2 <= full; i += 2) {
+      float ha[VEC], hb[VEC];
+      load(i, true, ha);
+      load(i + 1, true, hb);
+      // The rows' bytes take their partials below: all their lanes have read.
+      __syncwarp();
+      step(i, true, ha);
+      step(i + 1, true, hb);
+      if constexpr (decltype(has_dst)::value) {
+        store(i, true, ha);
+        store(i + 1, true, hb);
+      }
+    }
+#pragma unroll 1
+    for (; !PAIR && i < full; ++i) {
+      float h[VEC];
+      load(i, true, h);
+      __syncwarp();
+      step(i, true, h);
+      if constexpr (decltype(has_dst)::value) store(i, true, h);
+    }
+#pragma unroll 1
+    for (; i < iters; ++i) {
+      const bool v = i * ngrp + grp < it.rows;
+      float h[VEC];
+      load(i, v, h);
+      __syncwarp();
+      step(i, v, h);
+      if constexpr (decltype(has_dst)::value) store(i, v, h);
+    }
+  };
+  if (dst)  // block-uniform
+    steps(std::true_type{});
+  else
+    steps(std::false_type{});
+}
+
 // Computes an item from its stage: one row per lane group at a time. With
 // one token the lane's B and C columns stay in registers for the whole
 // tile; with T > 1 (MT) a row's state stays in registers across the tokens
@@ -528,9 +751,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   const int lpr = L.lanes_per_row;
   const int lane = tid & 31;
   const int lane_r = tid & (lpr - 1);
-  const int grp = tid / lpr;
-  const int ngrp = SSU_CUDA_THREADS / lpr;
-  const int gpw = 32 / lpr;          // groups per warp
+  const int lg = pipe_log2_lpr(L);
+  const int grp = tid >> lg;
+  const int ngrp = SSU_CUDA_THREADS >> lg;
+  const int gpw = 32 >> lg;          // groups per warp
   const int wgrp0 = (tid >> 5) * gpw;  // the warp's first group
   IT* const out = static_cast<IT*>(p.out) + it.b * p.out_stride_b + it.h * p.out_stride_h + it.r0;
   if (sl.src < 0) {
@@ -648,10 +872,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     }
     return;
   }
-  const int iters = (it.rows + ngrp - 1) / ngrp;
+  const int iters = (it.rows + ngrp - 1) >> (kLogThreads - lg);
   float* const part = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(st.state) + L.off_part);
   const int row_floats = L.off_part ? T * lpr : 4 * lpr;
-  const int q0 = lane / lpr;  // this lane's group within the warp
+  const int q0 = lane >> lg;  // this lane's group within the warp
   if constexpr (MT) {
     // Several tokens: a lane group takes two rows at a time through the
     // tokens, so that the two rows' chains overlap and share each token's B,
@@ -726,36 +950,27 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         }
       }
     }
-  } else {
-    // Per-lane constants of the row loop, held in registers (rederiving them
-    // from the launch parameters costs instructions in every iteration):
-    // the row group's mask (int16 maximum), the lane's partial-sum column
-    // base, its state chunk in the destination tile, the tile's row scales.
-    unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
-    int smask = pipe_part_smask(lpr), rf = row_floats;
-    if constexpr (QUANT) asm volatile("" : "+r"(gmask));
-    if constexpr (DEFER) asm volatile("" : "+r"(smask), "+r"(rf));
-    float* const part_lane = part + (lane_r & 3);
-    const int lr4 = lane_r >> 2;
-    // (Per-channel: a row's offset is added to dst, the lane's pointer spills at 80.)
-    ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;
+  } else if constexpr (sizeof(ST) == 2 && !PC) {
     float* const scale_dst =
         QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
                      : nullptr;
-    // Every group runs the same number of iterations (so __syncwarp has all
-    // its lanes). Two rows are interleaved where a lane has little
-    // independent work per row (f32: 4 elements) or long dependent chains
-    // (int16: the row maximum). The stochastic kernels do not interleave: the
-    // registers it takes cost a resident block (measured slower).
-#pragma unroll((VEC == 4 || QUANT) ? 2 : 1)
+    pipe_rows16<ST, SR>(L, it, st, dst, scale_dst, L_row0, seed, keys, st.B + n0, st.C + n0, dt,
+                        dA);
+  } else {
+    // f32 states, and the per-channel form (row sums at once).
+    static_assert(!DEFER && !SR && !QUANT, "the f32 and per-channel row loop");
+    // (Per-channel: a row's offset is added to dst, the lane's pointer spills at 80.)
+    ST* const dst_lane = dst && !PC ? dst + n0 : nullptr;
+    // Every group runs the same number of iterations. Two rows are
+    // interleaved where a lane has little independent work per row (f32: 4
+    // elements).
+#pragma unroll(VEC == 4 ? 2 : 1)
     for (int i = 0; i < iters; ++i) {
       const int r_raw = i * ngrp + grp;
       const bool rv = r_raw < it.rows;
       const int r = rv ? r_raw : 0;
       float hs[VEC];
       pipe_load_chunk<ST, VEC>(st, r, rv, N, n0, hs);
-      // The row's bytes take its partial sums below: all its lanes have read.
-      if (DEFER) __syncwarp();
       float acc = 0.f;
       if constexpr (PC) {
         // Per-channel A: dA = exp(A[r][n] * dt[r]) per element.
@@ -777,46 +992,17 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
           acc = fmaf(hs[v], Cv[v], acc);
         }
       }
-      if constexpr (DEFER) {
-        // pipe_part_swizzle(slot, 0, 1, lpr) of slot i * gpw + q0.
-        if (rv) part_lane[r * rf + ((lr4 ^ ((i * gpw + q0) & smask)) << 2)] = acc;
-      } else {
-        acc = pipe_row_sum(acc, lpr);
-        if (rv && lane_r == 0) {
-          float y = acc + (PC ? st.D_r[r] : Dh) * st.x[r];
-          if (has_z) y *= st.z[r];
-          out[r] = from_f32<IT>(y);
-        }
+      acc = pipe_row_sum(acc, lpr);
+      if (rv && lane_r == 0) {
+        float y = acc + (PC ? st.D_r[r] : Dh) * st.x[r];
+        if (has_z) y *= st.z[r];
+        out[r] = from_f32<IT>(y);
       }
       if (dst) {  // block-uniform
         Chunk<ST, VEC> c;
-        float enc = 1.f;
-        if constexpr (QUANT) {
-          bool finite;
-          enc = pipe_encode_factor<VEC>(hs, lpr, gmask, &finite);
-          if (finite) {
-            // No NaN, and no clamp either: |v| <= amax and enc = fl(32767 /
-            // amax) give |fl(v * enc)| <= fl(amax * enc) <= 32767 (1 + 2^-24)^2
-            // < 32767.5, which rounds to at most 32767 in magnitude, so the
-            // clamp of ssu_math::int16_quantize never changes a code here.
 #pragma unroll
-            for (int v = 0; v < VEC; ++v)
-              c.e[v] = static_cast<int16_t>(__float_as_int(hs[v] * enc + 12582912.0f) - 0x4B400000);
-          } else {
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) c.e[v] = ssu_math::int16_quantize(hs[v], enc);
-          }
-        } else if constexpr (SR) {
-          c.u = pipe_encode_sr<ST, VEC>(hs, seed, keys, L_row0 + static_cast<uint64_t>(r) * N + n0,
-                                        p.sr_rounds);
-        } else {
-#pragma unroll
-          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
-        }
-        if (rv) {
-          __stcs(reinterpret_cast<uint4*>(PC ? dst + (r * N + n0) : dst_lane + r * N), c.u);
-          if (QUANT && lane_r == 0) scale_dst[r] = 1.0f / enc;
-        }
+        for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[v]);
+        if (rv) __stcs(reinterpret_cast<uint4*>(PC ? dst + (r * N + n0) : dst_lane + r * N), c.u);
       }
     }
   }
@@ -828,7 +1014,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     for (int tau = lane; tau < tasks; tau += 32) {
       const int slot = MT ? tau / T : tau;
       const int t = MT ? tau - slot * T : 0;
-      const int i = slot / gpw;
+      const int i = slot >> (5 - lg);  // slot / gpw
       const int r = i * ngrp + wgrp0 + (slot - i * gpw);
       if (r < it.rows) {
         const float acc =
@@ -867,7 +1053,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
   {
     const PipeStage<ST> first(L, 0);
-    pipe_issue<PC, RL>(L, cur, cur_sl, first, ops, T);
+    pipe_issue<PC, RL, MT>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     pipe_stage_ops<PC>(L, cur, cur_sl, first, ops, T);
   }
@@ -885,7 +1071,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
-      pipe_issue<PC, RL>(L, nxt, nxt_sl, there, ops, T);
+      pipe_issue<PC, RL, MT>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");

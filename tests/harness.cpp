@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <new>
 #include <sstream>
@@ -839,6 +840,32 @@ std::vector<uint8_t> UpdateProblem::download(const std::string& name) const {
 
 void UpdateProblem::reset() {
   for (auto& b : impl_->buffers) mem_.upload(b.dev, b.image.data(), b.bytes());
+}
+
+void UpdateProblem::rewrite(const std::string& name,
+                            const std::function<void(uint8_t*, int64_t)>& f) {
+  Impl& m = *impl_;
+  for (const TensorRef* t : {&m.state, &m.scale, &m.x, &m.dt, &m.A, &m.B, &m.C, &m.D,
+                             &m.dt_bias, &m.z}) {
+    if (t->buffer < 0 || m.buf(*t).name != name) continue;
+    Buffer& b = m.buf(*t);
+    uint8_t* const base = b.image.data() + b.lead * b.esize();
+    int64_t count = 1;
+    for (int k = 0; k < t->ndim; ++k) count *= t->shape[k];
+    for (int64_t e = 0; e < count; ++e) {
+      int64_t idx[SSU_MAX_DIMS] = {0};
+      int64_t rest = e;
+      for (int k = t->ndim - 1; k >= 0; --k) {
+        idx[k] = rest % t->shape[k];
+        rest /= t->shape[k];
+      }
+      f(base + b.esize() * size_t(t->offset(idx)), e);
+    }
+    mem_.upload(b.dev, b.image.data(), b.bytes());
+    m.have_expected = false;
+    return;
+  }
+  throw std::logic_error("rewrite: no tensor named " + name);
 }
 
 void UpdateProblem::poke_index(const std::string& name, int64_t element, int64_t value) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -207,6 +208,12 @@ class UpdateProblem {
   // the device and in the reference: check() stays valid after a valid poke
   // (after an invalid one, use check_unchanged() or inspect by hand).
   void poke_index(const std::string& buffer, int64_t element, int64_t value);
+  // Rewrites elements of a named tensor ("state", "state_scale", "x", "A",
+  // ...) in the initial image and the backend's memory: f gets each
+  // element's bytes and its logical index (row-major over the shape). The
+  // float64 reference does not follow, so check() no longer applies: compare
+  // the backends' bits instead.
+  void rewrite(const std::string& tensor, const std::function<void(uint8_t*, int64_t)>& f);
 
  private:
   struct Buffer;

@@ -12,6 +12,8 @@
 # BENCH_NEW=0 skips the int16 / stochastic-rounding / Mamba-3 benchmarks.
 # NCU=1 profiles one update kernel of each benchmark shape with Nsight Compute.
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
+# NO_BUILD=1 runs a build of BUILD made elsewhere as it is (nothing rebuilt;
+# set CPU_SUITES=0 then, since meson test needs the build's own paths).
 # SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9).
 # Writes OUTDIR/gpu-check.log (everything), OUTDIR/bench.txt (the tables),
 # OUTDIR/bench.json (one JSON document per configuration, in order) and
@@ -38,6 +40,10 @@ export PATH="$PATH:/usr/local/cuda/bin"
 
 # --- build ------------------------------------------------------------------
 t0=$(date +%s)
+if [ "${NO_BUILD:-0}" = 1 ]; then
+  [ -f "$build/libssu.so" ] || { note "NO_BUILD=1 but no $build/libssu.so"; printf '%s\n' "${summary[@]}"; exit 1; }
+  note "build: prebuilt $build (nothing rebuilt)"
+else
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dgpu_archs="$archs" -Dbuildtype=release >/dev/null || {
     note "meson setup FAILED"; printf '%s\n' "${summary[@]}"; exit 1; }
@@ -49,6 +55,7 @@ if ! ninja -C "$build" > /tmp/ssu-build.txt 2>&1; then
   exit 1
 fi
 note "build ok ($archs) in $(( $(date +%s) - t0 )) s"
+fi
 echo "NEEDED of libssu.so:"; readelf -d "$build/libssu.so" | grep NEEDED
 if readelf -d "$build/libssu.so" | grep -qE 'libcuda|libcudart'; then
   note "libssu.so NEEDS libcuda/libcudart: FAIL"
@@ -130,14 +137,19 @@ fi
 
 # --- profile (NCU=1): one update kernel per configuration ------------------------
 if [ "${NCU:-0}" != 0 ] && command -v ncu >/dev/null; then
-  for cfg in "--state-dtype f32 --batch 256" "--state-dtype bf16 --batch 256" \
-             "--tokens 4 --batch 128" "--mamba1 --batch 256"; do
-    echo "### ncu: ssu-bench --backend cuda $cfg"
+  cfgs=("--state-dtype f32 --batch 256" "--state-dtype bf16 --batch 256" \
+        "--tokens 4 --batch 128" "--mamba1 --batch 256")
+  # NCU_CFGS: ';'-separated ssu-bench configurations instead of those.
+  [ -n "${NCU_CFGS:-}" ] && IFS=';' read -r -a cfgs <<< "$NCU_CFGS"
+  for cfg in "${cfgs[@]}"; do
+    echo "### ncu: ssu-bench --backend cuda $cfg" | tee -a "$out/ncu.txt"
+    # shellcheck disable=SC2086
     ncu --kernel-name "regex:ssu_(update|pipe)_" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis \
-      "$build/bench/ssu-bench" --backend cuda $cfg --iters 3 2>&1 |
-      grep -E "ssu_(update|pipe)_|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth" | head -40
+      --section SchedulerStats --section ComputeWorkloadAnalysis \
+      "$build/bench/ssu-bench" --backend cuda $cfg --iters 3 2>&1 | tee -a "$out/ncu.txt" |
+      grep -E "ssu_(update|pipe)_|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Executed Ipc" | head -40
   done
   note "ncu profiles done"
 fi

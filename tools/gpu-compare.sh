@@ -14,6 +14,11 @@
 # build), MESON_OPTS (more `meson setup` options for both), BENCH_ARGS
 # (appended to every run; default --iters 60). Writes OUTDIR/compare.txt (the
 # table), OUTDIR/<run>.json (ssu-bench's JSON) and OUTDIR/build-*.txt.
+#
+# PREBUILT=1 builds nothing: BUILD must hold a build of the tree made
+# elsewhere (bench/ssu-bench and the library), REFDIR the reference's
+# libssu.so.0 (its library directory); the reference runs the tree's
+# ssu-bench with that library first on the loader's path.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +40,16 @@ setup_opts=(-Dbuildtype=release ${MESON_OPTS:-})
 [ "$backend" = cuda ] && setup_opts+=(-Dgpu_archs="${GPU_ARCHS:-sm_90a}")
 bench_args=(${BENCH_ARGS:---iters 60})
 
+new_bin="$root/$build/bench/ssu-bench"
+ref_bin="$ref_tree/build/bench/ssu-bench"
+ref_env=()
+if [ "${PREBUILT:-0}" = 1 ]; then
+  [ -x "$new_bin" ] || { echo "gpu-compare: PREBUILT=1 but no $new_bin" >&2; exit 2; }
+  [ -e "$refdir/libssu.so.0" ] || { echo "gpu-compare: PREBUILT=1 but no $refdir/libssu.so.0" >&2; exit 2; }
+  ref_bin=$new_bin
+  ref_env=(LD_LIBRARY_PATH="$refdir")
+  echo "prebuilt: $build, reference library in $refdir"
+else
 # The reference tree: the working tree without build directories or .git,
 # with REFDIR's files over it.
 rm -rf "$ref_tree"
@@ -57,17 +72,17 @@ wait $p1 || { echo "gpu-compare: build of the tree failed"; tail -20 "$out/build
 wait $p2 || { echo "gpu-compare: build of the reference failed"; tail -20 "$out/build-ref.txt"; ok=0; }
 [ $ok = 1 ] || exit 1
 echo "builds: $(( $(date +%s) - t0 )) s"
+fi
 
-new_bin="$root/$build/bench/ssu-bench"
-ref_bin="$ref_tree/build/bench/ssu-bench"
 i=0
 for cfg in "$@"; do
   i=$((i + 1))
   for run in new ref new2; do
     bin=$new_bin
-    [ $run = ref ] && bin=$ref_bin
+    envs=()
+    [ $run = ref ] && bin=$ref_bin && envs=("${ref_env[@]}")
     # shellcheck disable=SC2086
-    "$bin" --backend "$backend" $cfg "${bench_args[@]}" --json "$out/c$i-$run.json" \
+    env "${envs[@]}" "$bin" --backend "$backend" $cfg "${bench_args[@]}" --json "$out/c$i-$run.json" \
       > "$out/c$i-$run.txt" 2>&1 || echo "gpu-compare: '$cfg' ($run) exited $?"
   done
 done

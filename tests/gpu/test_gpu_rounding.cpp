@@ -133,6 +133,128 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
   CHECK(failed == 0);
 }
 
+// Runs the update without checking it against the reference.
+std::string execute_only(ssu_context_t ctx, UpdateProblem& p, Memory& mem) {
+  const ssu_update_args_t args = p.args();
+  ssu_plan_t plan = nullptr;
+  ssu_status_t st = ssu_plan_create_update(ctx, &args, nullptr, &plan);
+  if (st == SSU_SUCCESS) {
+    st = ssu_plan_execute_update(plan, &args, nullptr);
+    mem.synchronize(nullptr);
+    ssu_plan_destroy(plan);
+  }
+  return st == SSU_SUCCESS ? "" : std::string(ssu_status_string(st)) + ": " + ssu_last_error_message();
+}
+
+// "" if the two buffers hold the same elements, a NaN matching any NaN (the
+// arithmetic before a store may give a NaN another sign or payload on each
+// backend: x86 and the GPU make different default NaNs).
+std::string compare_bits_nan_any(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                                 ssu_dtype_t dtype, const char* name) {
+  if (a.size() != b.size()) return std::string(name) + ": sizes differ";
+  const size_t es = dtype == SSU_DTYPE_F32 ? 4 : 2;
+  auto is_nan = [&](uint32_t v) {
+    switch (dtype) {
+      case SSU_DTYPE_F32: return (v & 0x7f800000u) == 0x7f800000u && (v & 0x7fffffu) != 0;
+      case SSU_DTYPE_F16: return (v & 0x7c00u) == 0x7c00u && (v & 0x3ffu) != 0;
+      case SSU_DTYPE_BF16: return (v & 0x7f80u) == 0x7f80u && (v & 0x7fu) != 0;
+      default: return false;
+    }
+  };
+  int64_t differing = 0;
+  std::string msg;
+  for (size_t i = 0; i + es <= a.size(); i += es) {
+    uint32_t va = 0, vb = 0;
+    std::memcpy(&va, &a[i], es);
+    std::memcpy(&vb, &b[i], es);
+    if (va == vb || (is_nan(va) && is_nan(vb))) continue;
+    if (differing++ < 6) {
+      char line[120];
+      std::snprintf(line, sizeof line, "\n    %s element %zu: cpu 0x%x cuda 0x%x", name, i / es, va, vb);
+      msg += line;
+    }
+  }
+  return differing ? std::to_string(differing) + " element(s) differ" + msg : "";
+}
+
+// The special cases of each store, through every kernel that runs them: a
+// pool with Inf, NaN, the largest finite values, subnormals and signed
+// zeros; x zero on every other row (there the new state is the old one
+// times the decay, so subnormal and tiny values stay tiny: f16 flushes them
+// to zero); a growing head (A > 0), whose largest values overflow to Inf.
+// int16 pools get NaN, Inf, zero and huge decode scales instead. CPU and
+// CUDA (simple and pipelined kernels) must store the same bits.
+TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backends") {
+  CudaMemory dmem;
+  HostMemory hmem;
+  const uint16_t f16_special[] = {0x7c00, 0xfc00, 0x7e00, 0xfd01, 0x7bff, 0xfbff, 0x0001,
+                                  0x83ff, 0x0400, 0x8400, 0x8000, 0x0000, 0x3c00, 0x7bf0};
+  const uint16_t bf16_special[] = {0x7f80, 0xff80, 0x7fc0, 0xffa1, 0x7f7f, 0xff7f, 0x0001,
+                                   0x807f, 0x0080, 0x8080, 0x8000, 0x0000, 0x3f80, 0x7f70};
+  const uint32_t scale_special[] = {0x7f800000u, 0x7fc00000u, 0x00000000u, 0x7f7fffffu,
+                                    0x3f800000u, 0x00000001u};
+  struct Store {
+    ssu_dtype_t state;
+    bool sr;
+  };
+  int run = 0;
+  for (const Store& s : {Store{SSU_DTYPE_F16, true}, Store{SSU_DTYPE_BF16, true},
+                         Store{SSU_DTYPE_F16, false}, Store{SSU_DTYPE_BF16, false},
+                         Store{SSU_DTYPE_I16, false}})
+    for (int64_t N : {int64_t(64), int64_t(128)}) {
+      UpdateCase c;
+      c.dtypes(s.state, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(2, 1, 64, N);
+      c.batch = 4;
+      c.seed = 4242 + uint64_t(N) + 10 * uint64_t(s.state);
+      c.tag = "special_values";
+      if (s.sr) c.sr(0x5eed0000ull + uint64_t(N), 0);
+      CAPTURE(describe(c));
+      UpdateProblem host(c, hmem), dev(c, dmem), devp(c, dmem);
+      for (UpdateProblem* p : {&host, &dev, &devp}) {
+        p->rewrite("A", [](uint8_t* e, int64_t i) {
+          if (i == 1) {
+            const float grow = 0.25f;
+            std::memcpy(e, &grow, 4);
+          }
+        });
+        p->rewrite("x", [&](uint8_t* e, int64_t i) {
+          if ((i % c.P) % 2 == 0) std::memset(e, 0, 2);
+        });
+        if (s.state == SSU_DTYPE_I16) {
+          p->rewrite("state_scale", [&](uint8_t* e, int64_t i) {
+            if (i % 5 == 0) std::memcpy(e, &scale_special[(i / 5) % 6], 4);
+          });
+        } else {
+          const uint16_t* sp = s.state == SSU_DTYPE_F16 ? f16_special : bf16_special;
+          p->rewrite("state", [&](uint8_t* e, int64_t i) {
+            uint64_t h = (uint64_t(i) + c.seed) * 0x9E3779B97F4A7C15ull;
+            h ^= h >> 29;
+            if (h % 3 == 0) std::memcpy(e, &sp[(i / 3) % 14], 2);
+          });
+        }
+      }
+      const std::string eh = execute_only(g_cpu, host, hmem);
+      const std::string ed = execute_only(g_cuda, dev, dmem);
+      const std::string ep = execute_only(g_cuda_few, devp, dmem);
+      REQUIRE_MESSAGE(eh.empty(), eh);
+      REQUIRE_MESSAGE(ed.empty(), ed);
+      REQUIRE_MESSAGE(ep.empty(), ep);
+      for (UpdateProblem* d : {&dev, &devp}) {
+        CHECK_MESSAGE(compare_bits_nan_any(host.download("state"), d->download("state"),
+                                           s.state, "state") == "",
+                      compare_bits_nan_any(host.download("state"), d->download("state"),
+                                           s.state, "state"));
+        if (s.state == SSU_DTYPE_I16) {
+          const std::string why = compare_bits_nan_any(
+              host.download("state_scale"), d->download("state_scale"), SSU_DTYPE_F32, "scale");
+          CHECK_MESSAGE(why == "", why);
+        }
+      }
+      ++run;
+    }
+  std::printf("special state values: %d cases\n", run);
+}
+
 // update + ssu_advance_seed captured into one graph; two replays from the
 // same initial pool use seeds s and s + 1.
 TEST_CASE("gpu: the seed advanced inside a captured graph; each replay matches the CPU") {
