@@ -535,25 +535,18 @@ __device__ __forceinline__ float pipe_part_sum(const float* part, int lpr, int s
   }
 }
 
-// A lane's 16-byte chunk of tile row r as fp32 (int16 codes times the row's
-// decode scale). A lane past the tile's rows (valid false) reads nothing,
-// since row 0's bytes may hold another warp's partial sums by then, and gets
-// zeros. int16 codes go through the conversion pipe (one instruction, where
-// the mantissa trick of to_f32 takes three): 8 per lane and row keep that
-// pipe a fraction busy.
+// A lane's 16-byte chunk of tile row r as fp32 (f32, f16 and bf16 states;
+// int16 rows go through pipe_rows16). A lane past the tile's rows (valid
+// false) reads nothing, since row 0's bytes may hold another warp's partial
+// sums by then, and gets zeros.
 template <typename ST, int VEC>
 __device__ __forceinline__ void pipe_load_chunk(const PipeStage<ST>& st, int r, bool valid, int N,
                                                 int n0, float* h) {
+  static_assert(!std::is_same<ST, int16_t>::value, "int16 rows: pipe_rows16");
   Chunk<ST, VEC> c;
   c.u = valid ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
-  if constexpr (std::is_same<ST, int16_t>::value) {
-    const float rs = st.scale[r];
 #pragma unroll
-    for (int v = 0; v < VEC; ++v) h[v] = static_cast<float>(c.e[v]) * rs;
-  } else {
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) h[v] = to_f32(c.e[v]);
-  }
+  for (int v = 0; v < VEC; ++v) h[v] = to_f32(c.e[v]);
 }
 
 // One state element of the per-channel form: h = h * exp(a * dt) + b * (dt *
@@ -617,6 +610,9 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     c.u = v ? *reinterpret_cast<const uint4*>(chunk0 + i * (SSU_CUDA_THREADS * 16))
             : make_uint4(0, 0, 0, 0);
     if constexpr (QUANT) {
+      // Codes through the conversion pipe (one instruction, where the
+      // mantissa trick of to_f32 takes three; 8 per lane and row keep that
+      // pipe a fraction busy), times the row's decode scale.
       const float rs = v ? sg[i * ngrp] : 0.f;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) h[e] = static_cast<float>(c.e[e]) * rs;
@@ -732,9 +728,10 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
 }
 
 // Computes an item from its stage: one row per lane group at a time. With
-// one token the lane's B and C columns stay in registers for the whole
-// tile; with T > 1 (MT) a row's state stays in registers across the tokens
-// and each token's B and C columns come from shared memory.
+// one token the lane's B and C columns stay in registers for the whole tile
+// (f32 and per-channel kernels; the 16-bit ones run pipe_rows16); with T > 1
+// (MT) a row's state stays in registers across the tokens and each token's
+// B and C columns come from shared memory.
 template <typename ST, typename IT, bool SR, bool MT, bool PC, bool RL>
 __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                              const PipeSlots& sl, const PipeStage<ST>& st,
