@@ -48,9 +48,23 @@ __device__ __forceinline__ float pipe_row_sum(float v, int lpr) {
 // sequence, and nvcc repeats the group geometry for every item).
 static_assert(SSU_CUDA_THREADS == 128, "the shifts below take 128 threads");
 constexpr int kLogThreads = 7;
-__device__ __forceinline__ int pipe_log2_lpr(const ssu_cuda_pipe_launch& L) {
-  return __ffs(L.lanes_per_row) - 1;
-}
+// A thread's place in the row groups of SSU_CUDA_THREADS / lpr rows.
+struct PipeGroups {
+  int lpr, lg;     // lanes per row and its log2
+  int lane_r;      // this lane within its row
+  int grp, ngrp;   // this thread's row group, and the block's groups
+  int gpw, q0;     // groups per warp, and this lane's group within the warp
+  __device__ __forceinline__ explicit PipeGroups(const ssu_cuda_pipe_launch& L) {
+    const int tid = threadIdx.x;
+    lpr = L.lanes_per_row;
+    lg = __ffs(lpr) - 1;
+    lane_r = tid & (lpr - 1);
+    grp = tid >> lg;
+    ngrp = SSU_CUDA_THREADS >> lg;
+    gpw = 32 >> lg;
+    q0 = (tid & 31) >> lg;
+  }
+};
 
 // n / d for 0 <= n < 2^31 through the host's magic number (ssu_cuda_fastdiv).
 __device__ __forceinline__ int pipe_div(int n, const ssu_cuda_fastdiv& d) {
@@ -225,21 +239,22 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
       const int r = j < R ? j : j - R;
       if (r < it.rows && (j < R || (has_z && j < 2 * R))) ops.xz[k] = __ldg((j < R ? xb : zb) + r);
     }
-  }
-  const int TN = T * N, TR = T * L.row_stride;
+  } else {
+    const int TN = T * N, TR = T * L.row_stride;
 #pragma unroll
-  for (int k = 0; k < (MT ? OPS : 0); ++k) {
-    const int j = tid + k * SSU_CUDA_THREADS;
-    if (j < 2 * TN) {
-      const int jj = j < TN ? j : j - TN;
-      const int t = jj >> L.log2_dstate, n = jj & (N - 1);
-      ops.bc[k] = j < TN ? __ldg(Bb + t * p.B_stride_t + n) : __ldg(Cb + t * p.C_stride_t + n);
+    for (int k = 0; k < OPS; ++k) {
+      const int j = tid + k * SSU_CUDA_THREADS;
+      if (j < 2 * TN) {
+        const int jj = j < TN ? j : j - TN;
+        const int t = jj >> L.log2_dstate, n = jj & (N - 1);
+        ops.bc[k] = j < TN ? __ldg(Bb + t * p.B_stride_t + n) : __ldg(Cb + t * p.C_stride_t + n);
+      }
+      // x and z of token t at [t * R + r] (R = L.row_stride, a power of two).
+      const int jj = j < TR ? j : j - TR;
+      const int t = jj >> L.log2_row_stride, r = jj & (L.row_stride - 1);
+      if (r < it.rows && (j < TR || (has_z && j < 2 * TR)))
+        ops.xz[k] = j < TR ? __ldg(xb + t * p.x_stride_t + r) : __ldg(zb + t * p.z_stride_t + r);
     }
-    // x and z of token t at [t * R + r] (R = L.row_stride, a power of two).
-    const int jj = j < TR ? j : j - TR;
-    const int t = jj >> L.log2_row_stride, r = jj & (L.row_stride - 1);
-    if (r < it.rows && (j < TR || (has_z && j < 2 * TR)))
-      ops.xz[k] = j < TR ? __ldg(xb + t * p.x_stride_t + r) : __ldg(zb + t * p.z_stride_t + r);
   }
   if constexpr (PC) {
     // The tile's per-channel A rows (dense f32, checked by the host), and
@@ -549,6 +564,19 @@ __device__ __forceinline__ void pipe_load_chunk(const PipeStage<ST>& st, int r, 
   for (int v = 0; v < VEC; ++v) h[v] = to_f32(c.e[v]);
 }
 
+// A lane's VEC columns of B and C (fp32 in the stage) into registers.
+template <int VEC>
+__device__ __forceinline__ void pipe_load_cols(const float* B, const float* C, float* Bv,
+                                               float* Cv) {
+#pragma unroll
+  for (int v = 0; v < VEC; v += 4) {
+    const float4 b4 = *reinterpret_cast<const float4*>(B + v);
+    const float4 c4 = *reinterpret_cast<const float4*>(C + v);
+    Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
+    Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
+  }
+}
+
 // One state element of the per-channel form: h = h * exp(a * dt) + b * (dt *
 // x) with two roundings, as on the CPU, and its term of the output sum.
 __device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c, float dt,
@@ -580,13 +608,9 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   // Two rows per step where the kernel may hold 96 registers (below).
   constexpr bool PAIR = SR || QUANT;
   const int tid = threadIdx.x;
-  const int lpr = L.lanes_per_row;
-  const int lane_r = tid & (lpr - 1);
-  const int lg = pipe_log2_lpr(L);
-  const int grp = tid >> lg;
-  const int ngrp = SSU_CUDA_THREADS >> lg;
-  const int gpw = 32 >> lg;
-  const int q0 = (tid & 31) >> lg;
+  const PipeGroups g(L);
+  const int lpr = g.lpr, lg = g.lg, lane_r = g.lane_r, grp = g.grp, ngrp = g.ngrp, gpw = g.gpw,
+            q0 = g.q0;
   // Per-lane constants, held in registers.
   int smask = pipe_part_smask(lpr);
   unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
@@ -636,13 +660,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     // The lane's B and C columns, read again each row: held for the whole
     // tile, their 16 registers made the kernels spill.
     float Bv[VEC], Cv[VEC];
-#pragma unroll
-    for (int e = 0; e < VEC; e += 4) {
-      const float4 b4 = *reinterpret_cast<const float4*>(Bs + e);
-      const float4 c4 = *reinterpret_cast<const float4*>(Cs + e);
-      Bv[e] = b4.x; Bv[e + 1] = b4.y; Bv[e + 2] = b4.z; Bv[e + 3] = b4.w;
-      Cv[e] = c4.x; Cv[e + 1] = c4.y; Cv[e + 2] = c4.z; Cv[e + 3] = c4.w;
-    }
+    pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
     float acc = 0.f;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
@@ -745,13 +763,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   constexpr bool DEFER = MT || (sizeof(ST) == 2 && !PC);
   const ssu_update_params& p = L.p;
   const int tid = threadIdx.x;
-  const int lpr = L.lanes_per_row;
   const int lane = tid & 31;
-  const int lane_r = tid & (lpr - 1);
-  const int lg = pipe_log2_lpr(L);
-  const int grp = tid >> lg;
-  const int ngrp = SSU_CUDA_THREADS >> lg;
-  const int gpw = 32 >> lg;          // groups per warp
+  const PipeGroups g(L);
+  const int lpr = g.lpr, lg = g.lg, lane_r = g.lane_r, grp = g.grp, ngrp = g.ngrp;
+  const int gpw = g.gpw;               // groups per warp
   const int wgrp0 = (tid >> 5) * gpw;  // the warp's first group
   IT* const out = static_cast<IT*>(p.out) + it.b * p.out_stride_b + it.h * p.out_stride_h + it.r0;
   if (sl.src < 0) {
@@ -763,14 +778,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   }
   const int N = static_cast<int>(p.dstate);
   const int n0 = lane_r * VEC;
+  // The lane's B and C columns for the whole tile (the f32 and per-channel
+  // row loop below; unused, hence not loaded, elsewhere).
   float Bv[VEC], Cv[VEC];
-#pragma unroll
-  for (int v = 0; v < VEC; v += 4) {
-    const float4 b4 = *reinterpret_cast<const float4*>(st.B + n0 + v);
-    const float4 c4 = *reinterpret_cast<const float4*>(st.C + n0 + v);
-    Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
-    Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
-  }
+  pipe_load_cols<VEC>(st.B + n0, st.C + n0, Bv, Cv);
   const float dt = PC ? 0.f : st.scal[0], dA = PC ? 0.f : st.scal[1],
               Dh = PC ? 0.f : st.scal[2 * T];
   const bool has_z = p.features & SSU_F_HAS_Z;
@@ -872,7 +883,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   const int iters = (it.rows + ngrp - 1) >> (kLogThreads - lg);
   float* const part = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(st.state) + L.off_part);
   const int row_floats = L.off_part ? T * lpr : 4 * lpr;
-  const int q0 = lane >> lg;  // this lane's group within the warp
+  const int q0 = g.q0;  // this lane's group within the warp
   if constexpr (MT) {
     // Several tokens: a lane group takes two rows at a time through the
     // tokens, so that the two rows' chains overlap and share each token's B,

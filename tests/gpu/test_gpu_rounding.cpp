@@ -39,25 +39,39 @@ ssu_context_t g_cuda_few = nullptr;
 const char* const kStateBuffers[] = {"state", "state_scale", "intermediate_states",
                                      "intermediate_scales"};
 
+// Whether v (the raw bits of a value of that dtype) is a NaN.
+bool is_nan_bits(uint32_t v, ssu_dtype_t dtype) {
+  switch (dtype) {
+    case SSU_DTYPE_F32: return (v & 0x7f800000u) == 0x7f800000u && (v & 0x7fffffu) != 0;
+    case SSU_DTYPE_F16: return (v & 0x7c00u) == 0x7c00u && (v & 0x3ffu) != 0;
+    case SSU_DTYPE_BF16: return (v & 0x7f80u) == 0x7f80u && (v & 0x7fu) != 0;
+    default: return false;
+  }
+}
+
 // "" if every state buffer of the two problems holds the same bytes, else
-// where the first difference is.
-std::string compare_state_bits(const UpdateProblem& cpu, const UpdateProblem& gpu) {
+// where the first difference is. nan_any: a NaN matches any NaN (the
+// arithmetic before a store may give a NaN another sign or payload on each
+// backend: x86 keeps a NaN's sign, the GPU returns its canonical NaN).
+std::string compare_state_bits(const UpdateProblem& cpu, const UpdateProblem& gpu,
+                               bool nan_any = false) {
   for (const char* name : kStateBuffers) {
     if (!cpu.has_buffer(name)) continue;
     const std::vector<uint8_t> a = cpu.download(name), b = gpu.download(name);
     if (a.size() != b.size()) return std::string(name) + ": sizes differ";
     const bool scales = std::string(name).find("scale") != std::string::npos;
-    const size_t es = scales || cpu.spec().state == SSU_DTYPE_F32 ? 4 : 2;
+    const ssu_dtype_t dtype = scales ? SSU_DTYPE_F32 : cpu.spec().state;
+    const size_t es = dtype == SSU_DTYPE_F32 ? 4 : 2;
     int shown = 0;
     std::string msg;
     int64_t differing = 0;
     for (size_t i = 0; i + es <= a.size(); i += es) {
-      if (std::memcmp(&a[i], &b[i], es) == 0) continue;
+      uint32_t va = 0, vb = 0;
+      std::memcpy(&va, &a[i], es);
+      std::memcpy(&vb, &b[i], es);
+      if (va == vb || (nan_any && is_nan_bits(va, dtype) && is_nan_bits(vb, dtype))) continue;
       ++differing;
       if (shown++ < 6) {
-        uint32_t va = 0, vb = 0;
-        std::memcpy(&va, &a[i], es);
-        std::memcpy(&vb, &b[i], es);
         char line[160];
         std::snprintf(line, sizeof line, "\n    %s byte %zu (element %zu of the buffer, guards "
                                          "included): cpu 0x%x cuda 0x%x",
@@ -70,20 +84,26 @@ std::string compare_state_bits(const UpdateProblem& cpu, const UpdateProblem& gp
   return "";
 }
 
-CheckResult run_on(ssu_context_t ctx, UpdateProblem& p, ssu_stream_t stream, Memory& mem) {
+// Runs the update on `ctx`; "" or the library's status and message.
+std::string execute_only(ssu_context_t ctx, UpdateProblem& p, ssu_stream_t stream, Memory& mem) {
   const ssu_update_args_t args = p.args();
   ssu_plan_t plan = nullptr;
-  CheckResult r;
   ssu_status_t st = ssu_plan_create_update(ctx, &args, nullptr, &plan);
   if (st == SSU_SUCCESS) {
     st = ssu_plan_execute_update(plan, &args, stream);
     mem.synchronize(stream);
     ssu_plan_destroy(plan);
   }
-  if (st != SSU_SUCCESS) {
+  return st == SSU_SUCCESS ? "" : std::string(ssu_status_string(st)) + ": " + ssu_last_error_message();
+}
+
+// Runs the update and checks it against the float64 reference.
+CheckResult run_on(ssu_context_t ctx, UpdateProblem& p, ssu_stream_t stream, Memory& mem) {
+  const std::string why = execute_only(ctx, p, stream, mem);
+  if (!why.empty()) {
+    CheckResult r;
     r.ok = false;
-    r.message = std::string(ctx == g_cpu ? "cpu" : "cuda") +
-                ": " + ssu_status_string(st) + ": " + ssu_last_error_message();
+    r.message = std::string(ctx == g_cpu ? "cpu" : "cuda") + ": " + why;
     return r;
   }
   return p.check();
@@ -131,50 +151,6 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
   }
   std::printf("gpu state bits: %d cases, %d failed\n", run, failed);
   CHECK(failed == 0);
-}
-
-// Runs the update without checking it against the reference.
-std::string execute_only(ssu_context_t ctx, UpdateProblem& p, Memory& mem) {
-  const ssu_update_args_t args = p.args();
-  ssu_plan_t plan = nullptr;
-  ssu_status_t st = ssu_plan_create_update(ctx, &args, nullptr, &plan);
-  if (st == SSU_SUCCESS) {
-    st = ssu_plan_execute_update(plan, &args, nullptr);
-    mem.synchronize(nullptr);
-    ssu_plan_destroy(plan);
-  }
-  return st == SSU_SUCCESS ? "" : std::string(ssu_status_string(st)) + ": " + ssu_last_error_message();
-}
-
-// "" if the two buffers hold the same elements, a NaN matching any NaN (the
-// arithmetic before a store may give a NaN another sign or payload on each
-// backend: x86 and the GPU make different default NaNs).
-std::string compare_bits_nan_any(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
-                                 ssu_dtype_t dtype, const char* name) {
-  if (a.size() != b.size()) return std::string(name) + ": sizes differ";
-  const size_t es = dtype == SSU_DTYPE_F32 ? 4 : 2;
-  auto is_nan = [&](uint32_t v) {
-    switch (dtype) {
-      case SSU_DTYPE_F32: return (v & 0x7f800000u) == 0x7f800000u && (v & 0x7fffffu) != 0;
-      case SSU_DTYPE_F16: return (v & 0x7c00u) == 0x7c00u && (v & 0x3ffu) != 0;
-      case SSU_DTYPE_BF16: return (v & 0x7f80u) == 0x7f80u && (v & 0x7fu) != 0;
-      default: return false;
-    }
-  };
-  int64_t differing = 0;
-  std::string msg;
-  for (size_t i = 0; i + es <= a.size(); i += es) {
-    uint32_t va = 0, vb = 0;
-    std::memcpy(&va, &a[i], es);
-    std::memcpy(&vb, &b[i], es);
-    if (va == vb || (is_nan(va) && is_nan(vb))) continue;
-    if (differing++ < 6) {
-      char line[120];
-      std::snprintf(line, sizeof line, "\n    %s element %zu: cpu 0x%x cuda 0x%x", name, i / es, va, vb);
-      msg += line;
-    }
-  }
-  return differing ? std::to_string(differing) + " element(s) differ" + msg : "";
 }
 
 // The special cases of each store, through every kernel that runs them: a
@@ -233,22 +209,15 @@ TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backen
           });
         }
       }
-      const std::string eh = execute_only(g_cpu, host, hmem);
-      const std::string ed = execute_only(g_cuda, dev, dmem);
-      const std::string ep = execute_only(g_cuda_few, devp, dmem);
+      const std::string eh = execute_only(g_cpu, host, nullptr, hmem);
+      const std::string ed = execute_only(g_cuda, dev, nullptr, dmem);
+      const std::string ep = execute_only(g_cuda_few, devp, nullptr, dmem);
       REQUIRE_MESSAGE(eh.empty(), eh);
       REQUIRE_MESSAGE(ed.empty(), ed);
       REQUIRE_MESSAGE(ep.empty(), ep);
       for (UpdateProblem* d : {&dev, &devp}) {
-        CHECK_MESSAGE(compare_bits_nan_any(host.download("state"), d->download("state"),
-                                           s.state, "state") == "",
-                      compare_bits_nan_any(host.download("state"), d->download("state"),
-                                           s.state, "state"));
-        if (s.state == SSU_DTYPE_I16) {
-          const std::string why = compare_bits_nan_any(
-              host.download("state_scale"), d->download("state_scale"), SSU_DTYPE_F32, "scale");
-          CHECK_MESSAGE(why == "", why);
-        }
+        const std::string why = compare_state_bits(host, *d, /*nan_any=*/true);
+        CHECK_MESSAGE(why == "", why);
       }
       ++run;
     }
