@@ -46,6 +46,23 @@ typedef struct ssu_cuda_update_launch {
 } ssu_cuda_update_launch;
 
 /*
+ * The direct single-token kernels (kernels/ssu_direct.cu): warp w of the grid
+ * (blocks of SSU_CUDA_THREADS) owns rows [wh * R, wh * R + R) of (sequence,
+ * head) item = w / warps_per_head, wh = w % warps_per_head, where R =
+ * chunks_per_lane * 32 / (chunks per row); a lane holds chunks_per_lane
+ * (<= SSU_CUDA_DIRECT_K) 16-byte chunks of them. No shared memory.
+ */
+#define SSU_CUDA_DIRECT_K 4
+typedef struct ssu_cuda_direct_launch {
+  ssu_update_params p;
+  int64_t warps;               /* batch * nheads * warps_per_head          */
+  int32_t warps_per_head;
+  int32_t log2_chunks_per_row; /* N * sizeof(state) / 16 = 1 << this, <= 32 */
+  int32_t chunks_per_lane;     /* 1..SSU_CUDA_DIRECT_K                      */
+  int32_t ops_vec;             /* B and C rows 16-byte aligned: wide loads  */
+} ssu_cuda_direct_launch;
+
+/*
  * The pipelined single-token kernels (kernels/ssu_pipelined.cu): a grid of
  * persistent blocks walks `items` = batch * nheads * tiles_per_head work
  * items with a stride of the grid size. Dynamic shared memory holds two

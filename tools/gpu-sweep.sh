@@ -9,7 +9,8 @@
 #
 # A value of `-` leaves VAR unset. Environment: BACKEND (cuda), GPU_ARCHS
 # (sm_90a), BUILD (build-gpu), BENCH_ARGS (appended to every run; default
-# --iters 60). Writes OUTDIR/sweep.txt (the table) and OUTDIR/s<k>-<run>.json.
+# --iters 60), NO_BUILD=1 (run the build in BUILD as it is, made elsewhere).
+# Writes OUTDIR/sweep.txt (the table) and OUTDIR/s<k>-<run>.json.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,14 +28,18 @@ export PATH="$PATH:/usr/local/cuda/bin"
 backend="${BACKEND:-cuda}"
 build="${BUILD:-build-gpu}"
 bench_args=(${BENCH_ARGS:---iters 60})
-if [ ! -f "$build/build.ninja" ]; then
+if [ "${NO_BUILD:-0}" = 1 ]; then
+  [ -x "$build/bench/ssu-bench" ] || { echo "gpu-sweep: NO_BUILD=1 but no $build/bench/ssu-bench"; exit 1; }
+elif [ ! -f "$build/build.ninja" ]; then
   opts=(-Dbuildtype=release)
   [ "$backend" = cuda ] && opts+=(-Dgpu_archs="${GPU_ARCHS:-sm_90a}")
   meson setup "$build" "${opts[@]}" > "$out/build.txt" 2>&1 || {
     echo "gpu-sweep: meson setup failed"; tail -20 "$out/build.txt"; exit 1; }
 fi
-ninja -C "$build" bench/ssu-bench >> "$out/build.txt" 2>&1 || {
-  echo "gpu-sweep: build failed"; tail -20 "$out/build.txt"; exit 1; }
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  ninja -C "$build" bench/ssu-bench >> "$out/build.txt" 2>&1 || {
+    echo "gpu-sweep: build failed"; tail -20 "$out/build.txt"; exit 1; }
+fi
 
 read -r -a vals <<< "$values"
 order=()

@@ -198,6 +198,16 @@ class CudaBackend final : public Backend {
           pinned_pipe_small_ = true;  // small calls too, so that tests reach the kernel
         }
       }
+      for (int s = 0; s < 3; ++s)
+        for (int i = 0; i < 3; ++i)
+          direct_fn_[s][i] = load_function(
+              format("ssu_direct_%s_%s", kDtypeNames[s], kDtypeNames[i]).c_str());
+      if (const char* e = std::getenv("SSU_CUDA_DIRECT")) direct_mode_ = std::atoi(e) ? 1 : 0;
+      if (const char* e = std::getenv("SSU_CUDA_DIRECT_K")) {
+        const long v = std::strtol(e, nullptr, 10);
+        if (v >= 1 && v <= SSU_CUDA_DIRECT_K && (v & (v - 1)) == 0)
+          direct_chunks_per_lane_ = static_cast<int>(v);
+      }
       advance_seed_fn_ = load_function("ssu_advance_seed");
       for (int si = 0; si < 3; ++si)
         for (int v = 0; v < kM3Variants; ++v) {
@@ -328,9 +338,14 @@ class CudaBackend final : public Backend {
     if (si < 0 || ii < 0) fail(SSU_ERROR_INTERNAL, "unplanned dtype reached the CUDA backend");
     // A pipelined plan runs the simple kernels for a call whose state pool
     // is not 16-byte aligned (its pointers are only known here).
-    if (algorithm == SSU_ALGORITHM_CUDA_PIPELINED && pipe_aligned(p) &&
-        execute_pipelined(p, si, ii, sr, stream))
-      return;
+    if (algorithm == SSU_ALGORITHM_CUDA_PIPELINED && pipe_aligned(p)) {
+      // Direct kernels first where forced (SSU_CUDA_DIRECT=1), then the
+      // pipelined ones, then the direct ones for the calls too small for
+      // those; the simple kernels take the rest.
+      if (direct_mode_ == 1 && execute_direct(p, si, ii, sr, stream)) return;
+      if (execute_pipelined(p, si, ii, sr, stream)) return;
+      if (direct_mode_ != 0 && execute_direct(p, si, ii, sr, stream)) return;
+    }
 
     ssu_cuda_update_launch L;
     std::memcpy(&L.p, &p, sizeof p);
@@ -522,6 +537,60 @@ class CudaBackend final : public Backend {
     L->off_part = T > 4 ? put(rows * T * lpr * 4) : 0;
     L->stage_bytes = static_cast<int32_t>(o);
     return 2 * o;
+  }
+
+  // Launches the direct kernel (kernels/ssu_direct.cu) for a call of its
+  // form; returns false, launching nothing, for any other. The caller has
+  // checked the pool's alignment (pipe_aligned).
+  bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
+                      ssu_stream_t stream) const {
+    const uint32_t f = p.features;
+    if (sr || si > 2 || p.ntokens != 1 ||
+        (f & (SSU_F_VARLEN | SSU_F_DST_PER_TOKEN | SSU_F_HAS_INTER | SSU_F_HAS_ACCEPTED |
+              SSU_F_A_PER_CHANNEL)))
+      return false;
+    if (p.dt_stride_p != 0 || ((f & SSU_F_HAS_DT_BIAS) && p.dt_bias_stride_p != 0) ||
+        ((f & SSU_F_HAS_D) && p.D_stride_p != 0))
+      return false;
+    const int sb = dtype_bytes(si);
+    if ((p.dstate * sb) % 16 != 0) return false;
+    const int64_t chunks = p.dstate * sb / 16;
+    if (chunks > 32 || (chunks & (chunks - 1)) != 0) return false;
+    const CUfunction fn = direct_fn_[si][ii];
+    if (!fn) return false;
+    ssu_cuda_direct_launch L;
+    std::memset(&L, 0, sizeof L);
+    std::memcpy(&L.p, &p, sizeof p);
+    L.log2_chunks_per_row = log2_exact(chunks);
+    // Chunks per lane: the most (fewest, longest-lived warps) that still
+    // gives the call kDirectWarpsPerSm warps per SM; one where even one chunk
+    // per lane does not. H100, batch 1 at the default shape: f32 7.4 / 9.6 /
+    // 8.4 us with 4 / 2 / 8 chunks (2048 / 4096 / 1024 warps); bf16 5.7 / 6.0
+    // with 2 / 4 chunks (2048 / 1024 warps).
+    auto warps_for = [&](int cpl) {
+      const int64_t rows = std::max<int64_t>(1, int64_t(cpl) * 32 / chunks);
+      return (p.dim + rows - 1) / rows;  // per head
+    };
+    int cpl = direct_chunks_per_lane_;
+    if (cpl == 0) {
+      cpl = 1;
+      for (int c = 2; c <= SSU_CUDA_DIRECT_K; c *= 2)
+        if (p.batch * p.nheads * warps_for(c) >= int64_t(kDirectWarpsPerSm) * sms_) cpl = c;
+    }
+    // No more rows per warp than the head has.
+    while (cpl > 1 && warps_for(cpl / 2) == 1) cpl /= 2;
+    L.chunks_per_lane = cpl;
+    L.warps_per_head = static_cast<int32_t>(warps_for(cpl));
+    L.warps = p.batch * p.nheads * L.warps_per_head;
+    const int eb = dtype_bytes(ii);
+    L.ops_vec = aligned16(p.B) && aligned16(p.C) && (p.B_stride_b * eb) % 16 == 0 &&
+                (p.B_stride_g * eb) % 16 == 0 && (p.C_stride_b * eb) % 16 == 0 &&
+                (p.C_stride_g * eb) % 16 == 0;
+    const int64_t blocks = (L.warps + SSU_CUDA_THREADS / 32 - 1) / (SSU_CUDA_THREADS / 32);
+    if (blocks > INT32_MAX) return false;
+    void* args[] = {&L};
+    launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, 0, stream, args);
+    return true;
   }
 
   // Launches the pipelined kernel; returns false (launching nothing) for a
@@ -793,6 +862,15 @@ class CudaBackend final : public Backend {
   int64_t pipe_tile_bytes_ = 16384;
   int64_t pipe_max_blocks_ = INT32_MAX;
   bool pinned_pipe_small_ = false;
+  // SSU_CUDA_DIRECT: unset (-1) = the direct kernels take the pipelined
+  // plan's calls that are too small for the pipelined grid; 0 = never; 1 =
+  // every call of their form.
+  CUfunction direct_fn_[3][3] = {};
+  int direct_mode_ = -1;
+  // SSU_CUDA_DIRECT_K: 16-byte chunks per lane (unset, 0: chosen per call).
+  int direct_chunks_per_lane_ = 0;
+  // About the warps per SM below which longer warps measured slower.
+  static constexpr int kDirectWarpsPerSm = 15;
   CUfunction advance_seed_fn_ = nullptr;
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};

@@ -1,0 +1,215 @@
+// The direct single-token update: each warp owns a few consecutive rows of
+// one (sequence, head) and takes them from global memory to registers and
+// back, with no shared memory and no block barrier. Meant for calls too small
+// to fill the GPU twice (batch 1 to a few sequences at serving shapes), whose
+// time is the latency of one short chain per warp rather than bandwidth:
+//   1. every load that does not depend on the slot index is issued at once
+//      (src and dst slot, dt, A, D, dt_bias, the lane's B and C columns, x
+//      and z of the warp's rows);
+//   2. the warp's state rows are requested as K 16-byte loads per lane (one
+//      coalesced 512-byte run per instruction) as soon as the slot is known,
+//      while the step size and decay are computed;
+//   3. each row is updated as its load lands, summed across its lanes by a
+//      butterfly, and stored with 16-byte streaming stores.
+// Warps finish at different times, so the stores of early warps overlap the
+// loads of late ones, as in a device copy.
+//
+// Form (the host checks it, see cuda_backend.cpp): one token, no varlen, no
+// per-token or intermediate stores, per-head A, dt, dt_bias and D (Mamba-2),
+// f32 / f16 / bf16 states rounded to nearest, state rows of C = N * sizeof
+// (state) / 16 chunks with C a power of two <= 32, a 16-byte aligned pool.
+//
+// The arithmetic is that of the simple kernel (ssu_update.cu) with lanes per
+// row = C: the same state bits (and the CPU's), the same output bits.
+
+namespace {
+
+// VEC consecutive elements of an input tensor as f32: one 8- or 16-byte load
+// per 8 / 16 bytes where `wide` (the host checked the alignment), element
+// loads otherwise.
+template <typename IT, int VEC>
+__device__ __forceinline__ void direct_load_cols(const IT* src, bool wide, float* v) {
+  constexpr int BYTES = VEC * static_cast<int>(sizeof(IT));
+  if (wide && BYTES % 8 == 0) {
+    if constexpr (BYTES % 16 == 0) {
+#pragma unroll
+      for (int j = 0; j < BYTES / 16; ++j) {
+        union {
+          uint4 u;
+          IT e[16 / sizeof(IT)];
+        } c;
+        c.u = __ldg(reinterpret_cast<const uint4*>(src) + j);
+#pragma unroll
+        for (int i = 0; i < static_cast<int>(16 / sizeof(IT)); ++i)
+          v[j * (16 / sizeof(IT)) + i] = to_f32(c.e[i]);
+      }
+    } else if constexpr (BYTES % 8 == 0) {
+#pragma unroll
+      for (int j = 0; j < BYTES / 8; ++j) {
+        union {
+          uint2 u;
+          IT e[8 / sizeof(IT)];
+        } c;
+        c.u = __ldg(reinterpret_cast<const uint2*>(src) + j);
+#pragma unroll
+        for (int i = 0; i < static_cast<int>(8 / sizeof(IT)); ++i)
+          v[j * (8 / sizeof(IT)) + i] = to_f32(c.e[i]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) v[i] = to_f32(__ldg(src + i));
+  }
+}
+
+// K: 16-byte chunks per lane at most (the warp's rows are chunks_per_lane *
+// 32 / C).
+template <typename ST, typename IT, int K>
+__device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
+  constexpr int VEC = 16 / sizeof(ST);
+  const ssu_update_params& p = L.p;
+  const uint32_t f = p.features;
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (int64_t(blockIdx.x) * SSU_CUDA_THREADS + threadIdx.x) >> 5;
+  if (warp >= L.warps) return;  // warp-uniform
+  const int wph = L.warps_per_head;
+  const int64_t item = warp / wph;
+  const int wh = static_cast<int>(warp - item * wph);
+  const int64_t b = item / p.nheads;
+  const int64_t h = item - b * p.nheads;
+  const int64_t g = h / p.heads_per_group;
+  const int lg = L.log2_chunks_per_row;
+  const int C = 1 << lg;
+  const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
+  const int row0 = wh * ((L.chunks_per_lane * 32) >> lg);  // first row of the warp
+  const int col = lane & (C - 1);                          // the lane's chunk of a row
+  const bool reporter = lane == 0 && h == 0 && wh == 0;
+  const bool store = !(f & SSU_F_DISABLE_UPDATE);
+  const bool own_dst = store && (f & SSU_F_HAS_DST);
+
+  // 1. Everything that does not depend on the slot index, at once.
+  const int64_t s0 =
+      (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
+  int64_t d = own_dst ? load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b) : -1;
+  float dt = load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + h * p.dt_stride_h);
+  const float bias = (f & SSU_F_HAS_DT_BIAS)
+                         ? load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h)
+                         : 0.f;
+  const float a = load_param(p.A, p.A_dtype, h * p.A_stride_h);
+  const float Dh = (f & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, h * p.D_stride_h) : 0.f;
+  float Bv[VEC], Cv[VEC];
+  {
+    const IT* Bb = static_cast<const IT*>(p.B) + b * p.B_stride_b + g * p.B_stride_g + col * VEC;
+    const IT* Cb = static_cast<const IT*>(p.C) + b * p.C_stride_b + g * p.C_stride_g + col * VEC;
+    direct_load_cols<IT, VEC>(Bb, L.ops_vec, Bv);
+    direct_load_cols<IT, VEC>(Cb, L.ops_vec, Cv);
+  }
+  // The lane's row of chunk k, and whether it exists.
+  int row[K];
+  bool rv[K];
+  float xv[K], zv[K];
+  const IT* xb = static_cast<const IT*>(p.x) + b * p.x_stride_b + h * p.x_stride_h;
+  const IT* zb = static_cast<const IT*>(p.z) + b * p.z_stride_b + h * p.z_stride_h;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    row[k] = row0 + ((k * 32 + lane) >> lg);
+    rv[k] = row[k] < P && k < L.chunks_per_lane;
+    xv[k] = rv[k] ? to_f32(__ldg(xb + row[k])) : 0.f;
+    zv[k] = rv[k] && (f & SSU_F_HAS_Z) ? to_f32(__ldg(zb + row[k])) : 0.f;
+  }
+
+  bool pad = is_pad(s0, p.pad_slot_id);
+  if (!pad && s0 >= p.nslots) {
+    if (reporter) report(p.error_word, SSU_BIT_INDEX);
+    pad = true;
+  }
+  IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
+  if (pad) {  // warp-uniform: zero outputs, no pool touched
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (rv[k] && col == 0) out_bh[row[k]] = from_f32<IT>(0.f);
+    return;
+  }
+
+  // 2. The warp's rows: one contiguous run of chunks_per_lane * 512 bytes.
+  ST* const state = static_cast<ST*>(p.state);
+  const int64_t head_off = h * int64_t(P) * N;
+  const ST* const src = state + s0 * p.state_stride_slot + head_off + int64_t(row0) * N + lane * VEC;
+  float hs[K][VEC];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (rv[k]) {
+      union {
+        uint4 u;
+        ST e[VEC];
+      } c;
+      c.u = __ldcs(reinterpret_cast<const uint4*>(src + k * 32 * VEC));
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) hs[k][v] = to_f32(c.e[v]);
+    } else {
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) hs[k][v] = 0.f;
+    }
+  }
+  // While the rows are in flight: the step size, the decay, the store slot.
+  dt += bias;
+  if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+  const float dA = ssu_math::exp(a * dt);
+  if (!own_dst) {
+    d = store ? s0 : -1;
+  } else if (is_pad(d, p.pad_slot_id)) {
+    d = -1;
+  } else if (d >= p.nslots) {
+    if (reporter) report(p.error_word, SSU_BIT_INDEX);
+    d = -1;
+  }
+  ST* const dst = d >= 0 ? state + d * p.state_stride_slot + head_off + int64_t(row0) * N + lane * VEC
+                         : nullptr;
+
+  // 3. Rows in order of their loads.
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (k >= L.chunks_per_lane) break;  // warp-uniform
+    const float dtx = dt * xv[k];
+    float acc = 0.f;
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      // Two roundings, as on the CPU (compiled with -fmad=false).
+      hs[k][v] = hs[k][v] * dA + Bv[v] * dtx;
+      acc = fmaf(hs[k][v], Cv[v], acc);
+    }
+    for (int off = C >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (rv[k]) {
+      if (col == 0) {
+        float y = acc + Dh * xv[k];
+        if (f & SSU_F_HAS_Z) y *= silu(zv[k]);
+        out_bh[row[k]] = from_f32<IT>(y);
+      }
+      if (dst) {
+        union {
+          uint4 u;
+          ST e[VEC];
+        } c;
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[k][v]);
+        __stcs(reinterpret_cast<uint4*>(dst + k * 32 * VEC), c.u);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#define SSU_DIRECT_KERNEL(sname, ST, iname, IT)                                 \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                \
+      ssu_direct_##sname##_##iname(const __grid_constant__ ssu_cuda_direct_launch launch) { \
+    direct_body<ST, IT, SSU_CUDA_DIRECT_K>(launch);                              \
+  }
+#define SSU_DIRECT_KERNELS(sname, ST)        \
+  SSU_DIRECT_KERNEL(sname, ST, f32, float)   \
+  SSU_DIRECT_KERNEL(sname, ST, f16, f16)     \
+  SSU_DIRECT_KERNEL(sname, ST, bf16, bf16)
+
+SSU_DIRECT_KERNELS(f32, float)
+SSU_DIRECT_KERNELS(f16, f16)
+SSU_DIRECT_KERNELS(bf16, bf16)
