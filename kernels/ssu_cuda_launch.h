@@ -45,6 +45,11 @@ typedef struct ssu_cuda_update_launch {
   int32_t reserved0;
 } ssu_cuda_update_launch;
 
+/* n / d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2^31 */
+typedef struct ssu_cuda_fastdiv {
+  uint32_t magic, shift;
+} ssu_cuda_fastdiv;
+
 /*
  * The direct single-token kernels (kernels/ssu_direct.cu): warp w of the grid
  * (blocks of SSU_CUDA_THREADS) owns rows [wh * R, wh * R + R) of (sequence,
@@ -55,7 +60,10 @@ typedef struct ssu_cuda_update_launch {
 #define SSU_CUDA_DIRECT_K 4
 typedef struct ssu_cuda_direct_launch {
   ssu_update_params p;
-  int64_t warps;               /* batch * nheads * warps_per_head          */
+  ssu_cuda_fastdiv div_warps_per_head;
+  ssu_cuda_fastdiv div_heads;
+  ssu_cuda_fastdiv div_heads_per_group;
+  int32_t warps;               /* batch * nheads * warps_per_head < 2^31   */
   int32_t warps_per_head;
   int32_t log2_chunks_per_row; /* N * sizeof(state) / 16 = 1 << this, <= 32 */
   int32_t chunks_per_lane;     /* 1..SSU_CUDA_DIRECT_K                      */
@@ -69,10 +77,6 @@ typedef struct ssu_cuda_direct_launch {
  * stages of `stage_bytes` each; within a stage the state tile sits at offset
  * 0 and the fp32 operands at the offsets below.
  */
-/* n / d == (umulhi(n, magic) + n) >> shift for 0 <= n < 2^31 */
-typedef struct ssu_cuda_fastdiv {
-  uint32_t magic, shift;
-} ssu_cuda_fastdiv;
 
 typedef struct ssu_cuda_pipe_launch {
   ssu_update_params p;

@@ -70,14 +70,14 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   const ssu_update_params& p = L.p;
   const uint32_t f = p.features;
   const int lane = threadIdx.x & 31;
-  const int64_t warp = (int64_t(blockIdx.x) * SSU_CUDA_THREADS + threadIdx.x) >> 5;
+  // Divisions by the host's magic numbers: on the path to the first load.
+  const int warp = static_cast<int>((blockIdx.x * SSU_CUDA_THREADS + threadIdx.x) >> 5);
   if (warp >= L.warps) return;  // warp-uniform
-  const int wph = L.warps_per_head;
-  const int64_t item = warp / wph;
-  const int wh = static_cast<int>(warp - item * wph);
-  const int64_t b = item / p.nheads;
+  const int item = pipe_div(warp, L.div_warps_per_head);
+  const int wh = warp - item * L.warps_per_head;
+  const int64_t b = pipe_div(item, L.div_heads);
   const int64_t h = item - b * p.nheads;
-  const int64_t g = h / p.heads_per_group;
+  const int64_t g = pipe_div(static_cast<int>(h), L.div_heads_per_group);
   const int lg = L.log2_chunks_per_row;
   const int C = 1 << lg;
   const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);

@@ -6,8 +6,8 @@
 // CPU backend does (-ffp-contract=off), so both backends store the same
 // state bits (see ssu_math.h).
 #include "ssu_update.cu"
-#include "ssu_direct.cu"
 #include "ssu_pipelined.cu"
+#include "ssu_direct.cu"
 #include "ssu_mamba3.cu"
 #include "ssu_mamba3_pipe.cu"
 

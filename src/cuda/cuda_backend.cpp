@@ -581,13 +581,17 @@ class CudaBackend final : public Backend {
     while (cpl > 1 && warps_for(cpl / 2) == 1) cpl /= 2;
     L.chunks_per_lane = cpl;
     L.warps_per_head = static_cast<int32_t>(warps_for(cpl));
-    L.warps = p.batch * p.nheads * L.warps_per_head;
+    const int64_t warps = p.batch * p.nheads * L.warps_per_head;
+    if (warps > INT32_MAX / SSU_CUDA_THREADS) return false;  // thread ids stay 32-bit
+    L.warps = static_cast<int32_t>(warps);
+    L.div_warps_per_head = fastdiv(L.warps_per_head);
+    L.div_heads = fastdiv(p.nheads);
+    L.div_heads_per_group = fastdiv(p.heads_per_group);
     const int eb = dtype_bytes(ii);
     L.ops_vec = aligned16(p.B) && aligned16(p.C) && (p.B_stride_b * eb) % 16 == 0 &&
                 (p.B_stride_g * eb) % 16 == 0 && (p.C_stride_b * eb) % 16 == 0 &&
                 (p.C_stride_g * eb) % 16 == 0;
-    const int64_t blocks = (L.warps + SSU_CUDA_THREADS / 32 - 1) / (SSU_CUDA_THREADS / 32);
-    if (blocks > INT32_MAX) return false;
+    const int64_t blocks = (warps + SSU_CUDA_THREADS / 32 - 1) / (SSU_CUDA_THREADS / 32);
     void* args[] = {&L};
     launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, 0, stream, args);
     return true;
