@@ -70,6 +70,12 @@ if [ "${TESTS:-1}" != 0 ]; then
   env -u SSU_TEST_EVERY "$build/tests/gpu/test_gpu_update" 2>&1
   rc=$?
   note "gpu suite: exit $rc in $(( $(date +%s) - t0 )) s"
+  # The table again with the direct kernels on every call of their form,
+  # whatever its size (by default they take only calls too small for the
+  # pipelined grid).
+  t0=$(date +%s)
+  SSU_CUDA_DIRECT=1 "$build/tests/gpu/test_gpu_update" --test-case='*table*' 2>&1 | tail -4
+  note "gpu table with SSU_CUDA_DIRECT=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   # The other GPU programs (rounding / CPU bit equality, Mamba-3, ...).
   for t in "$build"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] || continue
