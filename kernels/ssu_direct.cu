@@ -24,38 +24,32 @@
 
 namespace {
 
-// VEC consecutive elements of an input tensor as f32: one 8- or 16-byte load
-// per 8 / 16 bytes where `wide` (the host checked the alignment), element
-// loads otherwise.
+// The VEC consecutive elements at `src` as f32, through loads of V (uint2 or
+// uint4) each.
+template <typename V, typename IT, int VEC>
+__device__ __forceinline__ void direct_load_wide(const IT* src, float* v) {
+  constexpr int E = static_cast<int>(sizeof(V) / sizeof(IT));
+#pragma unroll
+  for (int j = 0; j < VEC / E; ++j) {
+    union {
+      V u;
+      IT e[E];
+    } c;
+    c.u = __ldg(reinterpret_cast<const V*>(src) + j);
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[j * E + i] = to_f32(c.e[i]);
+  }
+}
+
+// VEC consecutive elements of an input tensor as f32: 16- or 8-byte loads
+// where `wide` (the host checked the alignment), element loads otherwise.
 template <typename IT, int VEC>
 __device__ __forceinline__ void direct_load_cols(const IT* src, bool wide, float* v) {
   constexpr int BYTES = VEC * static_cast<int>(sizeof(IT));
-  if (wide && BYTES % 8 == 0) {
-    if constexpr (BYTES % 16 == 0) {
-#pragma unroll
-      for (int j = 0; j < BYTES / 16; ++j) {
-        union {
-          uint4 u;
-          IT e[16 / sizeof(IT)];
-        } c;
-        c.u = __ldg(reinterpret_cast<const uint4*>(src) + j);
-#pragma unroll
-        for (int i = 0; i < static_cast<int>(16 / sizeof(IT)); ++i)
-          v[j * (16 / sizeof(IT)) + i] = to_f32(c.e[i]);
-      }
-    } else if constexpr (BYTES % 8 == 0) {
-#pragma unroll
-      for (int j = 0; j < BYTES / 8; ++j) {
-        union {
-          uint2 u;
-          IT e[8 / sizeof(IT)];
-        } c;
-        c.u = __ldg(reinterpret_cast<const uint2*>(src) + j);
-#pragma unroll
-        for (int i = 0; i < static_cast<int>(8 / sizeof(IT)); ++i)
-          v[j * (8 / sizeof(IT)) + i] = to_f32(c.e[i]);
-      }
-    }
+  if (wide && BYTES % 16 == 0) {
+    direct_load_wide<uint4, IT, VEC>(src, v);
+  } else if (wide && BYTES % 8 == 0) {
+    direct_load_wide<uint2, IT, VEC>(src, v);
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) v[i] = to_f32(__ldg(src + i));
