@@ -133,13 +133,7 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (rv[k]) {
-      union {
-        uint4 u;
-        ST e[VEC];
-      } c;
-      c.u = __ldcs(reinterpret_cast<const uint4*>(src + k * 32 * VEC));
-#pragma unroll
-      for (int v = 0; v < VEC; ++v) hs[k][v] = to_f32(c.e[v]);
+      load_chunk<ST, VEC>(src + k * 32 * VEC, hs[k]);
     } else {
 #pragma unroll
       for (int v = 0; v < VEC; ++v) hs[k][v] = 0.f;
@@ -180,13 +174,10 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
         out_bh[row[k]] = from_f32<IT>(y);
       }
       if (dst) {
-        union {
-          uint4 u;
-          ST e[VEC];
-        } c;
+        Chunk<ST, VEC> c;
 #pragma unroll
         for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[k][v]);
-        __stcs(reinterpret_cast<uint4*>(dst + k * 32 * VEC), c.u);
+        store_encoded<ST, VEC>(dst + k * 32 * VEC, c, VEC);
       }
     }
   }

@@ -540,24 +540,17 @@ class CudaBackend final : public Backend {
   }
 
   // Launches the direct kernel (kernels/ssu_direct.cu) for a call of its
-  // form; returns false, launching nothing, for any other. The caller has
-  // checked the pool's alignment (pipe_aligned).
+  // form; returns false, launching nothing, for any other. Called for
+  // pipelined plans only, whose form (pipe_form: no varlen, per-token or
+  // intermediate stores, per-head dt / dt_bias / D without per-channel A,
+  // rows of a power of two <= 32 chunks) and pool alignment (pipe_aligned)
+  // are checked; the direct kernels take its single-token, round-to-nearest,
+  // per-head-A calls.
   bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
                       ssu_stream_t stream) const {
-    const uint32_t f = p.features;
-    if (sr || si > 2 || p.ntokens != 1 ||
-        (f & (SSU_F_VARLEN | SSU_F_DST_PER_TOKEN | SSU_F_HAS_INTER | SSU_F_HAS_ACCEPTED |
-              SSU_F_A_PER_CHANNEL)))
-      return false;
-    if (p.dt_stride_p != 0 || ((f & SSU_F_HAS_DT_BIAS) && p.dt_bias_stride_p != 0) ||
-        ((f & SSU_F_HAS_D) && p.D_stride_p != 0))
-      return false;
-    const int sb = dtype_bytes(si);
-    if ((p.dstate * sb) % 16 != 0) return false;
-    const int64_t chunks = p.dstate * sb / 16;
-    if (chunks > 32 || (chunks & (chunks - 1)) != 0) return false;
+    if (sr || si > 2 || p.ntokens != 1 || (p.features & SSU_F_A_PER_CHANNEL)) return false;
+    const int64_t chunks = p.dstate * dtype_bytes(si) / 16;
     const CUfunction fn = direct_fn_[si][ii];
-    if (!fn) return false;
     ssu_cuda_direct_launch L;
     std::memset(&L, 0, sizeof L);
     std::memcpy(&L.p, &p, sizeof p);
