@@ -16,11 +16,15 @@
 //
 // Form (the host checks it, see cuda_backend.cpp): one token, no varlen, no
 // per-token or intermediate stores, per-head A, dt, dt_bias and D (Mamba-2),
-// f32 / f16 / bf16 states rounded to nearest, state rows of C = N * sizeof
-// (state) / 16 chunks with C a power of two <= 32, a 16-byte aligned pool.
+// f32 / f16 / bf16 states rounded to nearest and f16 / bf16 states rounded
+// stochastically (SR), state rows of C = N * sizeof (state) / 16 chunks with
+// C a power of two <= 32, a 16-byte aligned pool.
 //
 // The arithmetic is that of the simple kernel (ssu_update.cu) with lanes per
-// row = C: the same state bits (and the CPU's), the same output bits.
+// row = C: the same state bits (and the CPU's), the same output bits. With
+// SR a chunk draws the Philox words of its elements' source-pool offsets
+// (a multiple of 8 elements: the pool is 16-byte aligned with a slot stride
+// of whole chunks), with the pipelined kernels' word and packing helpers.
 
 namespace {
 
@@ -58,9 +62,10 @@ __device__ __forceinline__ void direct_load_cols(const IT* src, bool wide, float
 
 // K: 16-byte chunks per lane at most (the warp's rows are chunks_per_lane *
 // 32 / C).
-template <typename ST, typename IT, int K>
+template <typename ST, typename IT, bool SR, int K>
 __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
+  static_assert(!SR || sizeof(ST) == 2, "stochastic rounding: f16 and bf16 states");
   const ssu_update_params& p = L.p;
   const uint32_t f = p.features;
   const int lane = threadIdx.x & 31;
@@ -128,7 +133,8 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   // 2. The warp's rows: one contiguous run of chunks_per_lane * 512 bytes.
   ST* const state = static_cast<ST*>(p.state);
   const int64_t head_off = h * int64_t(P) * N;
-  const ST* const src = state + s0 * p.state_stride_slot + head_off + int64_t(row0) * N + lane * VEC;
+  const int64_t src_off = s0 * p.state_stride_slot + head_off + int64_t(row0) * N + lane * VEC;
+  const ST* const src = state + src_off;
   float hs[K][VEC];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -143,6 +149,9 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   dt += bias;
   if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
   const float dA = ssu_math::exp(a * dt);
+  uint64_t seed = 0;
+  if constexpr (SR) seed = *p.sr_seed;
+  const PipeKeys keys = pipe_keys(seed);
   if (!own_dst) {
     d = store ? s0 : -1;
   } else if (is_pad(d, p.pad_slot_id)) {
@@ -175,8 +184,14 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
       }
       if (dst) {
         Chunk<ST, VEC> c;
+        if constexpr (SR) {
+          uint32_t w[VEC];
+          pipe_sr_words(w, seed, keys, static_cast<uint64_t>(src_off + k * 32 * VEC), p.sr_rounds);
+          c.u = pipe_sr_pack<ST>(hs[k], w);
+        } else {
 #pragma unroll
-        for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[k][v]);
+          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[k][v]);
+        }
         store_encoded<ST, VEC>(dst + k * 32 * VEC, c, VEC);
       }
     }
@@ -185,16 +200,18 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
 
 }  // namespace
 
-#define SSU_DIRECT_KERNEL(sname, ST, iname, IT)                                 \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                \
-      ssu_direct_##sname##_##iname(const __grid_constant__ ssu_cuda_direct_launch launch) { \
-    direct_body<ST, IT, SSU_CUDA_DIRECT_K>(launch);                              \
+#define SSU_DIRECT_KERNEL(sname, ST, iname, IT, SR, suffix)                       \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                  \
+      ssu_direct_##sname##_##iname##suffix(const __grid_constant__ ssu_cuda_direct_launch launch) { \
+    direct_body<ST, IT, SR, SSU_CUDA_DIRECT_K>(launch);                            \
   }
-#define SSU_DIRECT_KERNELS(sname, ST)        \
-  SSU_DIRECT_KERNEL(sname, ST, f32, float)   \
-  SSU_DIRECT_KERNEL(sname, ST, f16, f16)     \
-  SSU_DIRECT_KERNEL(sname, ST, bf16, bf16)
+#define SSU_DIRECT_KERNELS(sname, ST, SR, suffix)        \
+  SSU_DIRECT_KERNEL(sname, ST, f32, float, SR, suffix)   \
+  SSU_DIRECT_KERNEL(sname, ST, f16, f16, SR, suffix)     \
+  SSU_DIRECT_KERNEL(sname, ST, bf16, bf16, SR, suffix)
 
-SSU_DIRECT_KERNELS(f32, float)
-SSU_DIRECT_KERNELS(f16, f16)
-SSU_DIRECT_KERNELS(bf16, bf16)
+SSU_DIRECT_KERNELS(f32, float, false, )
+SSU_DIRECT_KERNELS(f16, f16, false, )
+SSU_DIRECT_KERNELS(bf16, bf16, false, )
+SSU_DIRECT_KERNELS(f16, f16, true, _sr)
+SSU_DIRECT_KERNELS(bf16, bf16, true, _sr)

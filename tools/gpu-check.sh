@@ -76,6 +76,13 @@ if [ "${TESTS:-1}" != 0 ]; then
   t0=$(date +%s)
   SSU_CUDA_DIRECT=1 "$build/tests/gpu/test_gpu_update" --test-case='*table*' 2>&1 | tail -4
   note "gpu table with SSU_CUDA_DIRECT=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+  # CPU / CUDA state bits again with the direct kernels off (the simple
+  # kernels take the small calls) and on for every call of their form.
+  for dm in 0 1; do
+    t0=$(date +%s)
+    SSU_CUDA_DIRECT=$dm "$build/tests/gpu/test_gpu_rounding" 2>&1 | tail -4
+    note "test_gpu_rounding with SSU_CUDA_DIRECT=$dm: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+  done
   # The other GPU programs (rounding / CPU bit equality, Mamba-3, ...).
   for t in "$build"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] || continue

@@ -200,8 +200,10 @@ class CudaBackend final : public Backend {
       }
       for (int s = 0; s < 3; ++s)
         for (int i = 0; i < 3; ++i)
-          direct_fn_[s][i] = load_function(
-              format("ssu_direct_%s_%s", kDtypeNames[s], kDtypeNames[i]).c_str());
+          for (int sr = 0; sr < 2; ++sr)
+            if (!sr || s != 0)  // stochastic: f16 / bf16 states
+              direct_fn_[s][i][sr] = load_function(format(
+                  "ssu_direct_%s_%s%s", kDtypeNames[s], kDtypeNames[i], sr ? "_sr" : "").c_str());
       if (const char* e = std::getenv("SSU_CUDA_DIRECT")) direct_mode_ = std::atoi(e) ? 1 : 0;
       if (const char* e = std::getenv("SSU_CUDA_DIRECT_K")) {
         const long v = std::strtol(e, nullptr, 10);
@@ -544,13 +546,14 @@ class CudaBackend final : public Backend {
   // pipelined plans only, whose form (pipe_form: no varlen, per-token or
   // intermediate stores, per-head dt / dt_bias / D without per-channel A,
   // rows of a power of two <= 32 chunks) and pool alignment (pipe_aligned)
-  // are checked; the direct kernels take its single-token, round-to-nearest,
-  // per-head-A calls.
+  // are checked; the direct kernels take its single-token, per-head-A calls
+  // with f32 / f16 / bf16 states (f16 / bf16 rounded either way).
   bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
                       ssu_stream_t stream) const {
-    if (sr || si > 2 || p.ntokens != 1 || (p.features & SSU_F_A_PER_CHANNEL)) return false;
+    if (si > 2 || p.ntokens != 1 || (p.features & SSU_F_A_PER_CHANNEL)) return false;
+    const CUfunction fn = direct_fn_[si][ii][sr];
+    if (!fn) return false;  // stochastic rounding of an f32 state: none (the plan refuses it)
     const int64_t chunks = p.dstate * dtype_bytes(si) / 16;
-    const CUfunction fn = direct_fn_[si][ii];
     ssu_cuda_direct_launch L;
     std::memset(&L, 0, sizeof L);
     std::memcpy(&L.p, &p, sizeof p);
@@ -862,7 +865,7 @@ class CudaBackend final : public Backend {
   // SSU_CUDA_DIRECT: unset (-1) = the direct kernels take the pipelined
   // plan's calls that are too small for the pipelined grid; 0 = never; 1 =
   // every call of their form.
-  CUfunction direct_fn_[3][3] = {};
+  CUfunction direct_fn_[3][3][2] = {};
   int direct_mode_ = -1;
   // SSU_CUDA_DIRECT_K: 16-byte chunks per lane (unset, 0: chosen per call).
   int direct_chunks_per_lane_ = 0;

@@ -135,8 +135,9 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
     const CheckResult rc = run_on(g_cpu, host, nullptr, hmem);
     const CheckResult rg = run_on(g_cuda, dev, nullptr, dmem);
     // The same call on three persistent blocks, so that the pipelined
-    // kernels run it whenever they can (the default context leaves small
-    // calls to the simple kernels).
+    // kernels run it whenever they can (the default context runs small calls
+    // of their form on the direct kernels, or on the simple ones with
+    // SSU_CUDA_DIRECT=0; tools/gpu-check.sh runs this program both ways).
     UpdateProblem devp(c, dmem);
     const CheckResult rp = run_on(g_cuda_few, devp, nullptr, dmem);
     std::string why;
@@ -159,7 +160,9 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
 // times the decay, so subnormal and tiny values stay tiny: f16 flushes them
 // to zero); a growing head (A > 0), whose largest values overflow to Inf.
 // int16 pools get NaN, Inf, zero and huge decode scales instead. CPU and
-// CUDA (simple and pipelined kernels) must store the same bits.
+// CUDA (the default context: direct kernels for these small calls, simple
+// ones for int16 or with SSU_CUDA_DIRECT=0; three blocks: pipelined kernels)
+// must store the same bits.
 TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backends") {
   CudaMemory dmem;
   HostMemory hmem;
