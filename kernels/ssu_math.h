@@ -150,16 +150,33 @@ SSU_HD uint32_t mulhi32(uint32_t a, uint32_t b) {
 #endif
 }
 
-// One round. Each multiply is one 32x32 -> 64-bit product (a single wide
-// multiply on the GPU) giving both the high and the low word.
+// The 64-bit product of two 32-bit words as its low and high word: on the
+// GPU one wide multiply, written as such. From the C++ product of a
+// constant above 2^31, nvcc makes a wide multiply plus an add of a zero
+// register to the high word, or a full 64-bit multiply where the operand
+// came from a 64-bit value (about 40 % more instructions per Philox round).
+SSU_HD void mul_wide_u32(uint32_t a, uint32_t b, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__)
+  asm("{\n\t.reg .u64 t;\n\tmul.wide.u32 t, %2, %3;\n\tmov.b64 {%0, %1}, t;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(a), "r"(b));
+#else
+  const uint64_t p = static_cast<uint64_t>(a) * b;
+  lo = static_cast<uint32_t>(p);
+  hi = static_cast<uint32_t>(p >> 32);
+#endif
+}
+
+// One round: two 32x32 -> 64-bit products, each giving a high and a low word.
 SSU_HD void philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2, uint32_t& c3, uint32_t k0,
                          uint32_t k1) {
-  const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
-  const uint64_t p2 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
-  const uint32_t n0 = static_cast<uint32_t>(p2 >> 32) ^ c1 ^ k0;
-  const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-  c1 = static_cast<uint32_t>(p2);
-  c3 = static_cast<uint32_t>(p0);
+  uint32_t lo0, hi0, lo2, hi2;
+  mul_wide_u32(c0, 0xD2511F53u, lo0, hi0);
+  mul_wide_u32(c2, 0xCD9E8D57u, lo2, hi2);
+  const uint32_t n0 = hi2 ^ c1 ^ k0;
+  const uint32_t n2 = hi0 ^ c3 ^ k1;
+  c1 = lo2;
+  c3 = lo0;
   c0 = n0;
   c2 = n2;
 }
