@@ -359,24 +359,6 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
   return k;
 }
 
-// One Philox round as ssu_math::philox_round, with the products written in
-// C++ rather than as explicit wide multiplies. ssu_math's form saves ~30 %
-// of the simple kernels' stochastic-rounding time (fewer instructions and
-// registers), but here it made ptxas keep the key schedule in vector rather
-// than uniform registers: H100, batch 256, f16 / bf16 states, 1.5 / 0.5 %
-// slower. Both give the same words.
-__device__ __forceinline__ void pipe_philox_round(uint32_t& c0, uint32_t& c1, uint32_t& c2,
-                                                  uint32_t& c3, uint32_t k0, uint32_t k1) {
-  const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
-  const uint64_t p2 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
-  const uint32_t n0 = static_cast<uint32_t>(p2 >> 32) ^ c1 ^ k0;
-  const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-  c1 = static_cast<uint32_t>(p2);
-  c3 = static_cast<uint32_t>(p0);
-  c0 = n0;
-  c2 = n2;
-}
-
 // The Philox words of a 16-byte chunk of 8 elements whose first element has
 // pool offset L0, a multiple of 4 (the host guarantees it): two calls, their
 // words in order (ssu_math::philox4x32 with the keys above for 10 rounds,
@@ -397,7 +379,7 @@ __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const 
     for (int i = 0; i < 10; ++i)
 #pragma unroll
       for (int q = 0; q < 2; ++q)
-        pipe_philox_round(c0[q], c1[q], c2[q], c3[q], keys.k0[i], keys.k1[i]);
+        ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], keys.k0[i], keys.k1[i]);
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       w[4 * q] = c0[q];
