@@ -89,7 +89,11 @@ typedef struct ssu_cuda_pipe_launch {
   int32_t row_stride;       /* x / z stride per token in a stage: the power
                                of two >= rows_per_tile                    */
   int32_t log2_row_stride;
-  int32_t reserved0;
+  int32_t off_raw;          /* 0, or (one token, per-head A) the operands'
+                               16-byte chunks as loaded, [B | C | x | z] in
+                               the input dtype, copied by cp.async: B, C, x
+                               and z rows 16-byte aligned, N and the tile
+                               rows multiples of 16 / sizeof(input)        */
   int32_t lanes_per_row;  /* N / (16 / sizeof(state)), a power of two <= 32 */
   int32_t rows_per_tile;  /* <= 256                                         */
   int32_t tiles_per_head;

@@ -2,8 +2,10 @@
 // blocks, each walking work items (sequence, head, row tile) with a stride of
 // the grid size, with a two-stage shared-memory ring. While a block computes
 // item i from one stage, the state tile of item i+1 is already in flight into
-// the other (16-byte cp.async), its small operands (B, C, x, z, step size)
-// are in registers, and the slot indices of item i+2 are being loaded. A
+// the other (16-byte cp.async), its small operands (B, C, x, z) are on their
+// way either into the stage as 16-byte chunks (one token, aligned rows:
+// pipe_issue_raw) or into registers, its step size into registers, and the
+// slot indices of item i+2 are being loaded. A
 // block therefore always has a tile's bytes in flight, instead of the
 // load -> compute -> store phases of a block that owns one tile.
 //
@@ -162,9 +164,11 @@ struct PipeStage {
   ST* state;
   float *B, *C, *x, *z, *scale, *scal;  // scal: step size, exp(A*dt), D
   float *A, *dt_r, *D_r;                  // per-channel form
+  unsigned char* raw;                     // operands as loaded (L.off_raw)
   __device__ __forceinline__ PipeStage(const ssu_cuda_pipe_launch& L, int s) {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned char* base = smem + s * L.stage_bytes;
+    raw = base + L.off_raw;
     state = reinterpret_cast<ST*>(base);
     B = reinterpret_cast<float*>(base + L.off_B);
     C = reinterpret_cast<float*>(base + L.off_C);
@@ -190,6 +194,47 @@ __device__ __forceinline__ int pipe_rl_swizzle(int c) {
 template <int CPR>
 __device__ __forceinline__ int pipe_rl_chunk(int c) {
   return c ^ pipe_rl_swizzle<CPR>(c);
+}
+
+// The operand chunks of an item with one token (L.off_raw set): chunk j
+// of [B | C | x | z] (nb chunks of B, nb of C, nx of x, nx of z, 16 bytes of
+// the input dtype each), or -1 past the last. Thread tid copies chunks tid,
+// tid + 128, ... and converts the same ones (pipe_stage_ops), so that its
+// own cp.async completion is all it waits for.
+template <typename IT>
+struct PipeRawOps {
+  static constexpr int VI = 16 / sizeof(IT);  // elements per chunk
+  int nb, nx, total;
+  __device__ __forceinline__ PipeRawOps(const ssu_cuda_pipe_launch& L, const PipeItem& it) {
+    nb = static_cast<int>(L.p.dstate) / VI;
+    nx = it.rows / VI;
+    total = 2 * nb + ((L.p.features & SSU_F_HAS_Z) ? 2 : 1) * nx;
+  }
+};
+
+// Issues an item's operand chunks by cp.async (one token, L.off_raw set):
+// a few 16-byte copies per block instead of a bounds-checked element load
+// per value and thread.
+template <typename ST, typename IT>
+__device__ __forceinline__ void pipe_issue_raw(const ssu_cuda_pipe_launch& L, const PipeItem& it,
+                                               const PipeSlots& sl, const PipeStage<ST>& st) {
+  const ssu_update_params& p = L.p;
+  if (sl.src < 0) return;
+  const PipeRawOps<IT> o(L, it);
+  constexpr int VI = PipeRawOps<IT>::VI;
+  const IT* Bb = static_cast<const IT*>(p.B) + it.b * p.B_stride_b + it.g * p.B_stride_g;
+  const IT* Cb = static_cast<const IT*>(p.C) + it.b * p.C_stride_b + it.g * p.C_stride_g;
+  const IT* xb = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
+  const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
+#pragma unroll 1
+  for (int j = threadIdx.x; j < o.total; j += SSU_CUDA_THREADS) {
+    const int k = j - 2 * o.nb;
+    const IT* src = j < o.nb       ? Bb + j * VI
+                    : k < 0        ? Cb + (j - o.nb) * VI
+                    : k < o.nx     ? xb + k * VI
+                                   : zb + (k - o.nx) * VI;
+    cp_async_16(st.raw + j * 16, src);
+  }
 }
 
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
@@ -230,14 +275,18 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
   const bool has_z = p.features & SSU_F_HAS_Z;
   if constexpr (!MT) {
-    // One token: B | C and x | z as two runs each, no token arithmetic.
+    // One token: B | C and x | z as two runs each, no token arithmetic
+    // (unless pipe_issue_raw has copied them).
     const int R = L.row_stride;
+    if (PC || !L.off_raw) {  // block-uniform
 #pragma unroll
-    for (int k = 0; k < OPS; ++k) {
-      const int j = tid + k * SSU_CUDA_THREADS;
-      if (j < 2 * N) ops.bc[k] = __ldg(j < N ? Bb + j : Cb + (j - N));
-      const int r = j < R ? j : j - R;
-      if (r < it.rows && (j < R || (has_z && j < 2 * R))) ops.xz[k] = __ldg((j < R ? xb : zb) + r);
+      for (int k = 0; k < OPS; ++k) {
+        const int j = tid + k * SSU_CUDA_THREADS;
+        if (j < 2 * N) ops.bc[k] = __ldg(j < N ? Bb + j : Cb + (j - N));
+        const int r = j < R ? j : j - R;
+        if (r < it.rows && (j < R || (has_z && j < 2 * R)))
+          ops.xz[k] = __ldg((j < R ? xb : zb) + r);
+      }
     }
   } else {
     const int TN = T * N, TR = T * L.row_stride;
@@ -307,6 +356,30 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
   const int N = static_cast<int>(p.dstate);
   const bool has_z = p.features & SSU_F_HAS_Z;
   const int TN = T * N, TR = T * L.row_stride;
+  if (!PC && L.off_raw) {  // block-uniform: the chunks this thread copied
+    // B, C and x are adjacent in the stage (off_C = off_B + 4N, off_x =
+    // off_C + 4N with one token and N a multiple of 4: pipe_layout).
+    const PipeRawOps<IT> o(L, it);
+    constexpr int VI = PipeRawOps<IT>::VI;
+    const int zj = 2 * o.nb + o.nx;  // the first chunk of z
+#pragma unroll 1
+    for (int j = tid; j < o.total; j += SSU_CUDA_THREADS) {
+      Chunk<IT, VI> c;
+      c.u = *reinterpret_cast<const uint4*>(st.raw + j * 16);
+      float v[VI];
+#pragma unroll
+      for (int e = 0; e < VI; ++e) v[e] = to_f32(c.e[e]);
+      float* d = st.B + j * VI;
+      if (j >= zj) {
+#pragma unroll
+        for (int e = 0; e < VI; ++e) v[e] = silu(v[e]);
+        d = st.z + (j - zj) * VI;
+      }
+#pragma unroll
+      for (int e = 0; e < VI; e += 4)
+        *reinterpret_cast<float4*>(d + e) = make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]);
+    }
+  } else {
 #pragma unroll
   for (int k = 0; k < OPS; ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
@@ -317,6 +390,7 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
       if (j < TR) st.x[j] = to_f32(ops.xz[k]);
       else if (has_z && j < 2 * TR) st.z[j - TR] = silu(to_f32(ops.xz[k]));
     }
+  }
   }
   if constexpr (PC) {
 #pragma unroll
@@ -1059,10 +1133,17 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   int64_t item = blockIdx.x;
   PipeItem cur = pipe_item(L, item);
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
+  // Each item's copies form two cp.async groups: its operand chunks
+  // (L.off_raw; empty otherwise), then its state tile, so that an item's
+  // operands can be staged while its tile may still be in flight.
+  constexpr bool RAW = !MT && !PC;
   {
     const PipeStage<ST> first(L, 0);
+    if (RAW && L.off_raw) pipe_issue_raw<ST, IT>(L, cur, cur_sl, first);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
     pipe_issue<PC, RL, MT>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     pipe_stage_ops<PC>(L, cur, cur_sl, first, ops, T);
   }
   PipeRaw next_raw{0, 0};
@@ -1079,14 +1160,23 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
+      if (RAW && L.off_raw) pipe_issue_raw<ST, IT>(L, nxt, nxt_sl, there);
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    if (nitem < items) {
       pipe_issue<PC, RL, MT>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    // All but the next item's two groups: this item's tile has landed.
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
     __syncthreads();
     pipe_compute<ST, IT, SR, MT, PC, RL>(L, cur, cur_sl, here, seed, keys, T);
-    if (nitem < items) pipe_stage_ops<PC>(L, nxt, nxt_sl, there, ops, T);
+    if (nitem < items) {
+      // The next item's operand chunks (this thread's own copies).
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      pipe_stage_ops<PC>(L, nxt, nxt_sl, there, ops, T);
+    }
     cur = nxt;
     cur_sl = nxt_sl;
   }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -80,6 +81,13 @@ int pow2_ceil(int v) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// Rows of a tensor of `eb`-byte elements that all start 16-byte aligned.
+bool rows_aligned16(const void* p, int64_t eb, std::initializer_list<int64_t> strides) {
+  if (!aligned16(p)) return false;
+  for (int64_t st : strides)
+    if ((st * eb) % 16 != 0) return false;
+  return true;
+}
 
 int64_t align16(int64_t v) { return (v + 15) & ~int64_t(15); }
 
@@ -513,6 +521,20 @@ class CudaBackend final : public Backend {
     return (p.features & SSU_F_A_PER_CHANNEL) && p.dstate == 16;
   }
 
+  // Whether the pipelined kernels may copy a call's operands as 16-byte
+  // chunks (ssu_cuda_pipe_launch::off_raw) with tiles of `rows` rows: one
+  // token and per-head A (pipe_issue_raw), rows of B, C, x and z that start
+  // 16-byte aligned, N and the rows of every tile multiples of a chunk.
+  static bool pipe_raw_ok(const ssu_update_params& p, int rows) {
+    if (p.ntokens != 1 || (p.features & SSU_F_A_PER_CHANNEL)) return false;
+    const int64_t eb = dtype_bytes(dtype_index(p.input_dtype)), vi = 16 / eb;
+    return p.dstate % vi == 0 && rows % vi == 0 && p.dim % vi == 0 &&
+           rows_aligned16(p.B, eb, {p.B_stride_b, p.B_stride_g}) &&
+           rows_aligned16(p.C, eb, {p.C_stride_b, p.C_stride_g}) &&
+           rows_aligned16(p.x, eb, {p.x_stride_b, p.x_stride_h}) &&
+           (!(p.features & SSU_F_HAS_Z) || rows_aligned16(p.z, eb, {p.z_stride_b, p.z_stride_h}));
+  }
+
   static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
     const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
     L->row_stride = pow2_ceil(rows);
@@ -537,6 +559,13 @@ class CudaBackend final : public Backend {
     // bytes up to 4 tokens, a region of their own beyond.
     const int64_t lpr = N * sb / 16;
     L->off_part = T > 4 ? put(rows * T * lpr * 4) : 0;
+    // B, C and x adjacent (the raw chunks are staged as one run): one token
+    // and N a multiple of 4, which pipe_raw_ok implies.
+    L->off_raw = 0;
+    if (pipe_raw_ok(p, rows) && L->off_C == L->off_B + 4 * N && L->off_x == L->off_C + 4 * N) {
+      const int64_t eb = dtype_bytes(dtype_index(p.input_dtype));
+      L->off_raw = put(2 * (N + rows) * eb);
+    }
     L->stage_bytes = static_cast<int32_t>(o);
     return 2 * o;
   }
@@ -584,9 +613,8 @@ class CudaBackend final : public Backend {
     L.div_heads = fastdiv(p.nheads);
     L.div_heads_per_group = fastdiv(p.heads_per_group);
     const int eb = dtype_bytes(ii);
-    L.ops_vec = aligned16(p.B) && aligned16(p.C) && (p.B_stride_b * eb) % 16 == 0 &&
-                (p.B_stride_g * eb) % 16 == 0 && (p.C_stride_b * eb) % 16 == 0 &&
-                (p.C_stride_g * eb) % 16 == 0;
+    L.ops_vec = rows_aligned16(p.B, eb, {p.B_stride_b, p.B_stride_g}) &&
+                rows_aligned16(p.C, eb, {p.C_stride_b, p.C_stride_g});
     const int64_t blocks = (warps + SSU_CUDA_THREADS / 32 - 1) / (SSU_CUDA_THREADS / 32);
     void* args[] = {&L};
     launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, 0, stream, args);
@@ -746,15 +774,10 @@ class CudaBackend final : public Backend {
     L.chunk_rows = static_cast<int32_t>(rows);
     L.chunks_per_head = static_cast<int32_t>((P + rows - 1) / rows);
     const int eb = p.input_dtype == SSU_DTYPE_F32 ? 4 : 2;
-    auto v16 = [&](const void* ptr, std::initializer_list<int64_t> strides) {
-      if (!aligned16(ptr)) return false;
-      for (int64_t st : strides)
-        if ((st * eb) % 16 != 0) return false;
-      return true;
-    };
-    L.ops_vec = v16(p.B, {p.B_stride_b, p.B_stride_r, p.B_stride_h}) &&
-                v16(p.C, {p.C_stride_b, p.C_stride_r, p.C_stride_h}) &&
-                v16(p.prev_B, {p.prev_B_stride_slot, p.prev_B_stride_r, p.prev_B_stride_h});
+    L.ops_vec = rows_aligned16(p.B, eb, {p.B_stride_b, p.B_stride_r, p.B_stride_h}) &&
+                rows_aligned16(p.C, eb, {p.C_stride_b, p.C_stride_r, p.C_stride_h}) &&
+                rows_aligned16(p.prev_B, eb,
+                               {p.prev_B_stride_slot, p.prev_B_stride_r, p.prev_B_stride_h});
     const int64_t grid = std::min<int64_t>({items, resident * sms_, pipe_max_blocks_});
     void* args[] = {&L};
     launch(m3p_fn_[si][v], static_cast<unsigned>(grid), kM3pThreads, static_cast<unsigned>(smem),
