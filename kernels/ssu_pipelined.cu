@@ -5,7 +5,10 @@
 // the other (16-byte cp.async), its small operands (B, C, x, z) are on their
 // way either into the stage as 16-byte chunks (one token, aligned rows:
 // pipe_issue_raw) or into registers, its step size into registers, and the
-// slot indices of item i+2 are being loaded. A
+// slot indices of item i+2 are being loaded. On sm_90 and later the
+// stochastic-rounding and int16 kernels, whose row loops keep the issue
+// slots busy, move the tile and the operand chunks with one bulk copy each
+// (one thread, completion on an mbarrier) instead. A
 // block therefore always has a tile's bytes in flight, instead of the
 // load -> compute -> store phases of a block that owns one tile.
 //
@@ -196,6 +199,52 @@ __device__ __forceinline__ int pipe_rl_chunk(int c) {
   return c ^ pipe_rl_swizzle<CPR>(c);
 }
 
+// Bulk copies (sm_90 and later): one thread of the block moves an item's
+// state tile, and its operand chunks where L.off_raw is set, with one
+// cp.async.bulk each, completing on an mbarrier per stage and kind, instead
+// of every thread issuing and tracking 16-byte cp.async copies. Older
+// architectures take the cp.async path.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SSU_PIPE_BULK 1
+#else
+#define SSU_PIPE_BULK 0
+#endif
+
+__device__ __forceinline__ unsigned pipe_smem(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void pipe_mbar_init(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(pipe_smem(bar)) : "memory");
+}
+// Arms the barrier's current phase for `bytes` of copies (one arrival).
+__device__ __forceinline__ void pipe_mbar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile(
+      "{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
+          pipe_smem(bar)),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void pipe_bulk_copy(void* smem, const void* gmem, uint32_t bytes,
+                                               uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(pipe_smem(smem)),
+      "l"(gmem), "r"(bytes), "r"(pipe_smem(bar))
+      : "memory");
+}
+// Waits for the completion of the barrier's phase of parity `parity`.
+__device__ __forceinline__ void pipe_mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(pipe_smem(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
 // The operand chunks of an item with one token (L.off_raw set): chunk j
 // of [B | C | x | z] (nb chunks of B, nb of C, nx of x, nx of z, 16 bytes of
 // the input dtype each), or -1 past the last. Thread tid copies chunks tid,
@@ -239,7 +288,41 @@ __device__ __forceinline__ void pipe_issue_raw(const ssu_cuda_pipe_launch& L, co
 
 // Issues an item's loads: the state tile (and int16 row scales) by cp.async
 // into stage `st`, the operands into registers. T: tokens per sequence.
-template <bool PC, bool RL, bool MT, typename ST, typename IT, int OPS, int RPT>
+// The bulk copies of an item (thread 0; not for padding): its operand
+// chunks [B | C | x | z] into the stage's raw region (L.off_raw set) on
+// bars[2 + s], its state tile on bars[s].
+template <typename ST, typename IT>
+__device__ __forceinline__ void pipe_bulk_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
+                                                const PipeSlots& sl, const PipeStage<ST>& st,
+                                                uint64_t* bars, int s) {
+  const ssu_update_params& p = L.p;
+  const int N = static_cast<int>(p.dstate);
+  if (L.off_raw) {
+    constexpr uint32_t EB = sizeof(IT);
+    const uint32_t nb = N * EB, nx = it.rows * EB;
+    const bool has_z = p.features & SSU_F_HAS_Z;
+    pipe_mbar_expect(bars + 2 + s, 2 * nb + (has_z ? 2 : 1) * nx);
+    const IT* in = static_cast<const IT*>(p.B) + it.b * p.B_stride_b + it.g * p.B_stride_g;
+    pipe_bulk_copy(st.raw, in, nb, bars + 2 + s);
+    in = static_cast<const IT*>(p.C) + it.b * p.C_stride_b + it.g * p.C_stride_g;
+    pipe_bulk_copy(st.raw + nb, in, nb, bars + 2 + s);
+    in = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
+    pipe_bulk_copy(st.raw + 2 * nb, in, nx, bars + 2 + s);
+    if (has_z) {
+      in = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
+      pipe_bulk_copy(st.raw + 2 * nb + nx, in, nx, bars + 2 + s);
+    }
+  }
+  const uint32_t bytes = it.rows * N * sizeof(ST);
+  pipe_mbar_expect(bars + s, bytes);
+  pipe_bulk_copy(st.state,
+                 static_cast<const ST*>(p.state) + sl.src * p.state_stride_slot +
+                     it.h * p.dim * N + static_cast<int64_t>(it.r0) * N,
+                 bytes, bars + s);
+}
+
+// TILE: whether to copy the state tile here (false: pipe_bulk_issue does).
+template <bool PC, bool RL, bool MT, bool TILE, typename ST, typename IT, int OPS, int RPT>
 __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                            const PipeSlots& sl, const PipeStage<ST>& st,
                                            PipeOps<IT, OPS, RPT>& ops, int T) {
@@ -251,7 +334,8 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const ST* src = static_cast<const ST*>(p.state) + sl.src * p.state_stride_slot +
                   it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;
   const int chunks = it.rows * N / VEC;
-  if constexpr (RL) {
+  if constexpr (!TILE) {
+  } else if constexpr (RL) {
     for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
       cp_async_16(st.state + pipe_rl_chunk<16 / VEC>(c) * VEC, src + c * VEC);
   } else {
@@ -421,6 +505,28 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
 // two wide multiplies and two three-input XORs.
 struct PipeKeys {
   uint32_t k0[10], k1[10];
+  // The keys of rounds i and i + 1 (i even): k0[i], k1[i], k0[i+1], k1[i+1].
+  __device__ __forceinline__ uint4 pair(int i) const {
+    return make_uint4(k0[i], k1[i], k0[i + 1], k1[i + 1]);
+  }
+};
+
+// The same schedule in shared memory, [k0[0], k1[0], k0[1], k1[1], ...],
+// read two rounds at a time where a round needs its keys. Held as values,
+// ptxas keeps the 20 keys in uniform registers only between uses and
+// recomputes them from the seed for every chunk (18 uniform adds per 8
+// elements); one 16-byte shared load per two rounds is 5. The loads are
+// volatile so that they stay where the rounds are (hoisted out of the row
+// loop they would take 20 registers).
+struct PipeSmemKeys {
+  unsigned at;  // shared address of k0[0]
+  __device__ __forceinline__ uint4 pair(int i) const {
+    uint4 k;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(k.x), "=r"(k.y), "=r"(k.z), "=r"(k.w)
+                 : "r"(at + 8 * i));
+    return k;
+  }
 };
 
 __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
@@ -439,7 +545,8 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
 // the generic loop otherwise). With 10 rounds the two calls run round by
 // round side by side, so that each round's keys serve both and their
 // multiply chains overlap.
-__device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const PipeKeys& keys,
+template <typename Keys>
+__device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const Keys& keys,
                                               uint64_t L0, uint32_t rounds) {
   if (rounds == 10) {
     uint32_t c0[2], c1[2], c2[2] = {0, 0}, c3[2] = {0, 0};
@@ -450,10 +557,13 @@ __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const 
       c1[q] = static_cast<uint32_t>(ctr >> 32);
     }
 #pragma unroll
-    for (int i = 0; i < 10; ++i)
+    for (int i = 0; i < 10; i += 2) {
+      const uint4 k = keys.pair(i);
 #pragma unroll
-      for (int q = 0; q < 2; ++q)
-        ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], keys.k0[i], keys.k1[i]);
+      for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
+    }
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
       w[4 * q] = c0[q];
@@ -673,7 +783,7 @@ __device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c
 template <typename ST, bool SR>
 __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                             const PipeStage<ST>& st, ST* dst, float* scale_dst,
-                                            uint64_t L_row0, uint64_t seed, const PipeKeys& keys,
+                                            uint64_t L_row0, uint64_t seed, const PipeSmemKeys& keys,
                                             const float* Bs, const float* Cs, float dt,
                                             float dA) {
   constexpr int VEC = 8;
@@ -827,7 +937,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
 template <typename ST, typename IT, bool SR, bool MT, bool PC, bool RL>
 __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                              const PipeSlots& sl, const PipeStage<ST>& st,
-                                             uint64_t seed, const PipeKeys& keys, int T) {
+                                             uint64_t seed, const PipeSmemKeys& keys, int T) {
   constexpr int VEC = 16 / sizeof(ST);
   constexpr bool QUANT = std::is_same<ST, int16_t>::value;
   // Deferred row sums paid off where a row's reduction was a long chain
@@ -1122,7 +1232,15 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   const int64_t stride = gridDim.x;
   const int T = MT ? static_cast<int>(p.ntokens) : 1;
   const uint64_t seed = SR ? *p.sr_seed : 0;
-  const PipeKeys keys = pipe_keys(seed);
+  // The key schedule (stochastic rounding), visible to every thread after
+  // the first barrier of the item loop.
+  __shared__ __align__(16) uint32_t key_smem[SR ? 20 : 4];
+  if (SR && threadIdx.x < 10) {  // round i = threadIdx.x, as pipe_keys
+    const uint32_t i = threadIdx.x;
+    key_smem[2 * i] = static_cast<uint32_t>(seed) + i * 0x9E3779B9u;
+    key_smem[2 * i + 1] = static_cast<uint32_t>(seed >> 32) + i * 0xBB67AE85u;
+  }
+  const PipeSmemKeys keys{pipe_smem(key_smem)};
   // Rows per thread of the per-channel operands: f32 rows of one lane each
   // come in tiles of at most 128 rows (the host caps them).
   constexpr int RPT = RL && sizeof(ST) == 4 ? 1 : 2;
@@ -1135,15 +1253,52 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
   // Each item's copies form two cp.async groups: its operand chunks
   // (L.off_raw; empty otherwise), then its state tile, so that an item's
-  // operands can be staged while its tile may still be in flight.
+  // operands can be staged while its tile may still be in flight. With bulk
+  // copies (BULK) the groups hold the int16 row scales only, and the tile
+  // and operand chunks complete on bars: the tile of stage 0 / 1, the
+  // operands of stage 0 / 1; bit k of `parity` is the parity of bars[k]'s
+  // next phase. A padding item (block-uniform) arms and waits for nothing.
   constexpr bool RAW = !MT && !PC;
+  // Bulk copies where the row loop keeps the issue slots busy (stochastic
+  // rounding, int16 rows): there they free them (H100, batch 256: SR bf16
+  // 476 -> 465 us, int16 452 -> 442 us). The memory-bound round-to-nearest
+  // kernels measured slower with them (bf16 394 -> 403 us, f32 774 -> 800).
+  constexpr bool BULK = RAW && (SR || std::is_same<ST, int16_t>::value) && SSU_PIPE_BULK;
+  __shared__ uint64_t bars[BULK ? 4 : 1];
+  uint32_t parity = 0;
+  if constexpr (BULK) {
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) pipe_mbar_init(bars + k);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+  }
+  auto issue_ops = [&](const PipeItem& it, const PipeSlots& sl, const PipeStage<ST>& st, int s) {
+    if constexpr (BULK) {
+      if (sl.src >= 0 && threadIdx.x == 0) pipe_bulk_issue<ST, IT>(L, it, sl, st, bars, s);
+    } else if (RAW && L.off_raw) {
+      pipe_issue_raw<ST, IT>(L, it, sl, st);
+    }
+  };
+  // Before staging an item's operands: their chunks have landed.
+  auto wait_ops = [&](const PipeSlots& sl, int s) {
+    if (BULK && L.off_raw) {
+      if (sl.src >= 0) {
+        pipe_mbar_wait(bars + 2 + s, (parity >> (2 + s)) & 1);
+        parity ^= 4u << s;
+      }
+    } else {
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this thread's own copies
+    }
+  };
   {
     const PipeStage<ST> first(L, 0);
-    if (RAW && L.off_raw) pipe_issue_raw<ST, IT>(L, cur, cur_sl, first);
+    issue_ops(cur, cur_sl, first, 0);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    pipe_issue<PC, RL, MT>(L, cur, cur_sl, first, ops, T);
+    pipe_issue<PC, RL, MT, !BULK>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    wait_ops(cur_sl, 0);
     pipe_stage_ops<PC>(L, cur, cur_sl, first, ops, T);
   }
   PipeRaw next_raw{0, 0};
@@ -1152,7 +1307,10 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 #pragma unroll 1
   for (int s = 0; item < items; item += stride, s ^= 1) {
     const PipeStage<ST> here(L, s), there(L, s ^ 1);
-    // The other stage was last read by the previous item's rows.
+    // The other stage was last read by the previous item's rows (and
+    // written: partial sums), through the generic proxy, which the bulk
+    // copies into it must follow.
+    if constexpr (BULK) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const int64_t nitem = item + stride;
     PipeItem nxt;
@@ -1160,21 +1318,24 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
-      if (RAW && L.off_raw) pipe_issue_raw<ST, IT>(L, nxt, nxt_sl, there);
+      issue_ops(nxt, nxt_sl, there, s ^ 1);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     if (nitem < items) {
-      pipe_issue<PC, RL, MT>(L, nxt, nxt_sl, there, ops, T);
+      pipe_issue<PC, RL, MT, !BULK>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     // All but the next item's two groups: this item's tile has landed.
     asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+    if (BULK && cur_sl.src >= 0) {
+      pipe_mbar_wait(bars + s, (parity >> s) & 1);
+      parity ^= 1u << s;
+    }
     __syncthreads();
     pipe_compute<ST, IT, SR, MT, PC, RL>(L, cur, cur_sl, here, seed, keys, T);
     if (nitem < items) {
-      // The next item's operand chunks (this thread's own copies).
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      wait_ops(nxt_sl, s ^ 1);
       pipe_stage_ops<PC>(L, nxt, nxt_sl, there, ops, T);
     }
     cur = nxt;

@@ -535,6 +535,12 @@ class CudaBackend final : public Backend {
            (!(p.features & SSU_F_HAS_Z) || rows_aligned16(p.z, eb, {p.z_stride_b, p.z_stride_h}));
   }
 
+  // Shared memory of a pipelined block besides its two stages: the 1 KiB the
+  // driver reserves per block and the kernels' static bytes (the bulk-copy
+  // barriers).
+  static constexpr int64_t kPipeStaticSmem = 128;
+  static constexpr int64_t kPipeBlockSmem = 1024 + kPipeStaticSmem;
+
   static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
     const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
     L->row_stride = pow2_ceil(rows);
@@ -667,19 +673,20 @@ class CudaBackend final : public Backend {
     int rows = static_cast<int>(std::min<int64_t>(
         {int64_t(P), max_rows, std::max<int64_t>(groups, tile_bytes / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
-        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + 1024)));
+        1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + kPipeBlockSmem)));
     if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < resident * sms_) return false;
     for (;;) {
       const int64_t smem = pipe_layout(p, rows, &L);
-      resident = std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem + 1024)));
+      resident =
+          std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem + kPipeBlockSmem)));
       const int64_t items = bh * ((P + rows - 1) / rows);
       if (rows <= groups || items >= 2 * resident * sms_) break;
       rows = std::max(groups, rows / 2);
     }
     const int64_t smem = pipe_layout(p, rows, &L);
-    if (smem > max_smem_)
+    if (smem + kPipeStaticSmem > max_smem_)
       fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%d needs %lld bytes of shared memory per block, more "
-           "than this device's %d", N, static_cast<long long>(smem), max_smem_);
+           "than this device's %d", N, static_cast<long long>(smem + kPipeStaticSmem), max_smem_);
     L.rows_per_tile = rows;
     L.tiles_per_head = (P + rows - 1) / rows;
     L.items = bh * L.tiles_per_head;
@@ -811,9 +818,14 @@ class CudaBackend final : public Backend {
   // load_function, then: every block may use the device's whole opt-in
   // shared memory, and shared memory is preferred over L1 (the update
   // kernels stream their tiles through it).
+  // (Less its static shared memory, which counts against the same limit.)
   CUfunction load_streaming_kernel(const char* kname) {
     const CUfunction fn = load_function(kname);
-    check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, max_smem_),
+    int static_smem = 0;
+    check(d_, d_.FuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+          "cuFuncGetAttribute");
+    check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                  max_smem_ - static_smem),
           "cuFuncSetAttribute");
     check(d_, d_.FuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                   CU_SHAREDMEM_CARVEOUT_MAX_SHARED),
