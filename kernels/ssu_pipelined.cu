@@ -84,9 +84,11 @@ struct PipeSlots {
 };
 
 // An item's slot indices as loaded (resolved one iteration later, so that
-// the loads are in flight while the block computes).
+// the loads are in flight while the block computes). An int32 index is held
+// zero-extended and gets its sign in pipe_resolve: extended at the load, the
+// load was waited for there (long-scoreboard stalls, SR bf16 batch 256).
 struct PipeRaw {
-  int64_t src, dst;
+  uint64_t src, dst;
 };
 
 // An item's small operands in registers between their load and their
@@ -127,12 +129,23 @@ __device__ __forceinline__ int pipe_item_seq(const ssu_cuda_pipe_launch& L, int6
   return pipe_div(static_cast<int>(item), L.div_items_per_seq);
 }
 
+__device__ __forceinline__ uint64_t pipe_load_index_bits(const void* p, int32_t dtype, int64_t i) {
+  if (dtype == SSU_DT_I64) return __ldg(static_cast<const unsigned long long*>(p) + i);
+  return __ldg(static_cast<const unsigned*>(p) + i);
+}
+
+__device__ __forceinline__ int64_t pipe_index_value(uint64_t bits, int32_t dtype) {
+  if (dtype == SSU_DT_I64) return static_cast<int64_t>(bits);
+  return static_cast<int32_t>(static_cast<uint32_t>(bits));
+}
+
 __device__ __forceinline__ PipeRaw pipe_load_indices(const ssu_update_params& p, int64_t b) {
   PipeRaw r;
-  r.src = (p.features & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b)
-                                       : b;
+  r.src = (p.features & SSU_F_HAS_SRC)
+              ? pipe_load_index_bits(p.src_index, p.index_dtype, b * p.src_stride_b)
+              : static_cast<uint64_t>(b);
   r.dst = (p.features & SSU_F_HAS_DST) && !(p.features & SSU_F_DISABLE_UPDATE)
-              ? load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b)
+              ? pipe_load_index_bits(p.dst_index, p.index_dtype, b * p.dst_stride_b)
               : 0;
   return r;
 }
@@ -141,19 +154,22 @@ __device__ __forceinline__ PipeRaw pipe_load_indices(const ssu_update_params& p,
 __device__ __forceinline__ PipeSlots pipe_resolve(const ssu_update_params& p, const PipeRaw& r,
                                                   bool reporter) {
   PipeSlots s{-1, -1};
-  if (is_pad(r.src, p.pad_slot_id)) return s;
-  if (r.src >= p.nslots) {
+  const int64_t src = (p.features & SSU_F_HAS_SRC) ? pipe_index_value(r.src, p.index_dtype)
+                                                   : static_cast<int64_t>(r.src);
+  const int64_t dst = pipe_index_value(r.dst, p.index_dtype);
+  if (is_pad(src, p.pad_slot_id)) return s;
+  if (src >= p.nslots) {
     if (reporter) report(p.error_word, SSU_BIT_INDEX);
     return s;
   }
-  s.src = r.src;
+  s.src = src;
   if (p.features & SSU_F_DISABLE_UPDATE) return s;
-  s.dst = r.src;
+  s.dst = src;
   if (p.features & SSU_F_HAS_DST) {
-    s.dst = r.dst;
-    if (is_pad(r.dst, p.pad_slot_id)) {
+    s.dst = dst;
+    if (is_pad(dst, p.pad_slot_id)) {
       s.dst = -1;
-    } else if (r.dst >= p.nslots) {
+    } else if (dst >= p.nslots) {
       if (reporter) report(p.error_word, SSU_BIT_INDEX);
       s.dst = -1;
     }
@@ -520,6 +536,11 @@ struct PipeKeys {
 // loop they would take 20 registers).
 struct PipeSmemKeys {
   unsigned at;  // shared address of k0[0]
+  // Held in a register: ptxas otherwise rebuilds the address from the CTA id
+  // before every load (S2UR + ULEA, the S2UR's latency exposed).
+  __device__ __forceinline__ explicit PipeSmemKeys(unsigned a) : at(a) {
+    asm volatile("" : "+r"(at));
+  }
   __device__ __forceinline__ uint4 pair(int i) const {
     uint4 k;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -545,10 +566,10 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
 // the generic loop otherwise). With 10 rounds the two calls run round by
 // round side by side, so that each round's keys serve both and their
 // multiply chains overlap.
-template <typename Keys>
+template <bool R10 = false, typename Keys>
 __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const Keys& keys,
                                               uint64_t L0, uint32_t rounds) {
-  if (rounds == 10) {
+  if (R10 || rounds == 10) {
     uint32_t c0[2], c1[2], c2[2] = {0, 0}, c3[2] = {0, 0};
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -556,13 +577,16 @@ __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const 
       c0[q] = static_cast<uint32_t>(ctr);
       c1[q] = static_cast<uint32_t>(ctr >> 32);
     }
+    // Each pair of keys is loaded while the two rounds before it run.
+    uint4 k = keys.pair(0);
 #pragma unroll
     for (int i = 0; i < 10; i += 2) {
-      const uint4 k = keys.pair(i);
+      const uint4 kn = i + 2 < 10 ? keys.pair(i + 2) : k;
 #pragma unroll
       for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
 #pragma unroll
       for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
+      k = kn;
     }
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -594,8 +618,13 @@ __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const 
 //   toward zero of two values at once, which truncates the low 13 bits of a
 //   number in f16's normal range. The branch: a NaN value, |t| >= 2^16 (Inf
 //   in f16, where the conversion would give the largest finite value), Inf.
+//   (Measured slower: the flush as a paired f16 compare and a mask after the
+//   conversion, two instructions fewer per pair.)
+// pipe_sr_pack_fast is the common path: *rare is set where a value needs
+// the exact functions, whose results pipe_sr_pack_exact then gives.
 template <typename ST>
-__device__ __forceinline__ uint4 pipe_sr_pack(const float* v, const uint32_t* w) {
+__device__ __forceinline__ uint4 pipe_sr_pack_fast(const float* v, const uint32_t* w,
+                                                   bool* rare_out) {
   uint32_t out[4];
   bool rare = false;
   if constexpr (std::is_same<ST, bf16>::value) {
@@ -626,13 +655,25 @@ __device__ __forceinline__ uint4 pipe_sr_pack(const float* v, const uint32_t* w)
     rare = true;
 #endif
   }
-  if (rare) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      out[k] = static_cast<uint32_t>(sr_bits<ST>(v[2 * k], w[2 * k])) |
-               static_cast<uint32_t>(sr_bits<ST>(v[2 * k + 1], w[2 * k + 1])) << 16;
-  }
+  *rare_out |= rare;
   return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+template <typename ST>
+__device__ __forceinline__ uint4 pipe_sr_pack_exact(const float* v, const uint32_t* w) {
+  uint32_t out[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    out[k] = static_cast<uint32_t>(sr_bits<ST>(v[2 * k], w[2 * k])) |
+             static_cast<uint32_t>(sr_bits<ST>(v[2 * k + 1], w[2 * k + 1])) << 16;
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+template <typename ST>
+__device__ __forceinline__ uint4 pipe_sr_pack(const float* v, const uint32_t* w) {
+  bool rare = false;
+  const uint4 out = pipe_sr_pack_fast<ST>(v, w, &rare);
+  return rare ? pipe_sr_pack_exact<ST>(v, w) : out;
 }
 
 // The int16 encode factor of a row spread over `lpr` lanes: the largest
@@ -855,7 +896,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     if (v) *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + (pofs ^ sw)) = acc;
   };
   // The row's new state, encoded and stored (and its int16 scale).
-  auto store = [&](int i, bool v, const float* h) {
+  auto store = [&](int i, bool v, const float* h, auto r10) {
     Chunk<ST, VEC> c;
     float enc = 1.f;
     if constexpr (QUANT) {
@@ -875,8 +916,8 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       }
     } else if constexpr (SR) {
       uint32_t w[VEC];
-      pipe_sr_words(w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC),
-                    p.sr_rounds);
+      pipe_sr_words<decltype(r10)::value>(
+          w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC), p.sr_rounds);
       c.u = pipe_sr_pack<ST>(h, w);
     } else {
 #pragma unroll
@@ -887,7 +928,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       if (QUANT && lane_r == 0) scg[i * ngrp] = 1.0f / enc;
     }
   };
-  auto steps = [&](auto has_dst) {
+  auto steps = [&](auto has_dst, auto r10) {
     const int full = it.rows >> (kLogThreads - lg);  // steps whose rows all exist
     const int iters = (it.rows + ngrp - 1) >> (kLogThreads - lg);
     int i = 0;
@@ -901,8 +942,28 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       step(i, true, ha);
       step(i + 1, true, hb);
       if constexpr (decltype(has_dst)::value) {
-        store(i, true, ha);
-        store(i + 1, true, hb);
+        if constexpr (SR) {
+          // Both rows' common paths, then one branch for values that need
+          // the exact conversion: the pair's Philox chains and packs form
+          // one basic block.
+          uint32_t wa[VEC], wb[VEC];
+          const uint64_t La = Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC);
+          pipe_sr_words<decltype(r10)::value>(wa, seed, keys, La, p.sr_rounds);
+          pipe_sr_words<decltype(r10)::value>(wb, seed, keys, La + SSU_CUDA_THREADS * VEC,
+                                              p.sr_rounds);
+          bool rare = false;
+          uint4 oa = pipe_sr_pack_fast<ST>(ha, wa, &rare);
+          uint4 ob = pipe_sr_pack_fast<ST>(hb, wb, &rare);
+          if (rare) {
+            oa = pipe_sr_pack_exact<ST>(ha, wa);
+            ob = pipe_sr_pack_exact<ST>(hb, wb);
+          }
+          __stcs(reinterpret_cast<uint4*>(dg + i * (SSU_CUDA_THREADS * VEC)), oa);
+          __stcs(reinterpret_cast<uint4*>(dg + (i + 1) * (SSU_CUDA_THREADS * VEC)), ob);
+        } else {
+          store(i, true, ha, r10);
+          store(i + 1, true, hb, r10);
+        }
       }
     }
 #pragma unroll 1
@@ -911,7 +972,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       load(i, true, h);
       __syncwarp();
       step(i, true, h);
-      if constexpr (decltype(has_dst)::value) store(i, true, h);
+      if constexpr (decltype(has_dst)::value) store(i, true, h, r10);
     }
 #pragma unroll 1
     for (; i < iters; ++i) {
@@ -920,13 +981,26 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       load(i, v, h);
       __syncwarp();
       step(i, v, h);
-      if constexpr (decltype(has_dst)::value) store(i, v, h);
+      if constexpr (decltype(has_dst)::value) store(i, v, h, r10);
     }
   };
-  if (dst)  // block-uniform
-    steps(std::true_type{});
-  else
-    steps(std::false_type{});
+  auto run = [&](auto r10) {
+    if (dst)  // block-uniform
+      steps(std::true_type{}, r10);
+    else
+      steps(std::false_type{}, r10);
+  };
+  // The default 10 Philox rounds decided once per item, not per chunk: the
+  // row loop is then one basic block, in which ptxas interleaves a row's
+  // Philox chains with the loads and arithmetic of the rows around it.
+  if constexpr (SR) {
+    if (p.sr_rounds == 10)
+      run(std::true_type{});
+    else
+      run(std::false_type{});
+  } else {
+    run(std::false_type{});
+  }
 }
 
 // Computes an item from its stage: one row per lane group at a time. With
@@ -1332,7 +1406,13 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
       pipe_mbar_wait(bars + s, (parity >> s) & 1);
       parity ^= 1u << s;
     }
-    __syncthreads();
+    // The tile is visible to every thread that waited for it on its bulk
+    // barrier; a barrier of the block is needed for the copies of other
+    // threads (cp.async, the int16 row scales). The operands were staged
+    // before the loop's first barrier. Without this one, a warp that is
+    // done with its tile starts its rows (SR bf16, batch 256: 8.8 % of the
+    // warps' stall samples sat here, waiting for the block's slowest warp).
+    if constexpr (!BULK || std::is_same<ST, int16_t>::value) __syncthreads();
     pipe_compute<ST, IT, SR, MT, PC, RL>(L, cur, cur_sl, here, seed, keys, T);
     if (nitem < items) {
       wait_ops(nxt_sl, s ^ 1);
@@ -1347,13 +1427,16 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 }  // namespace
 
 // At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
-// tile also allow); int16 rows (the row maximum), the stochastic kernels
-// (Philox) and several tokens (two rows in flight, whose stages with B and C
-// of every token allow 5 blocks at T = 4 anyway) may use 102 (5 blocks)
-// instead of spilling.
+// tile also allow); int16 rows (the row maximum) and several tokens (two
+// rows in flight, whose stages with B and C of every token allow 5 blocks at
+// T = 4 anyway) may use 102 (5 blocks) instead of spilling. The stochastic
+// kernels take 128 (4 blocks): at 96 their row loop (a pair of rows, four
+// Philox chains and both rows' packing in one basic block) spilled, and
+// with its Philox in blocks of their own it ran 7 % slower (H100, SR bf16
+// batch 256: 462 us at 5 blocks, 434 us at 4).
 #define SSU_PIPE_KERNEL(name, ST, IT, SR, MODE)                                   \
   extern "C" __global__ void __launch_bounds__(                                   \
-      SSU_CUDA_THREADS, SR || MODE == 1 || std::is_same<ST, int16_t>::value ? 5 : 6) \
+      SSU_CUDA_THREADS, SR ? 4 : MODE == 1 || std::is_same<ST, int16_t>::value ? 5 : 6) \
       name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
     pipe_body<ST, IT, SR, MODE>(launch);                                          \
   }
