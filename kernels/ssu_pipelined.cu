@@ -270,6 +270,13 @@ template <typename IT>
 struct PipeRawOps {
   static constexpr int VI = 16 / sizeof(IT);  // elements per chunk
   int nb, nx, total;
+  // A thread's first chunk (then every 128th): runs of 4 chunks (64 bytes,
+  // whole sectors) go to the warps in turn, so that the four warps share the
+  // conversions (and the silu of z, the last chunks) instead of the first
+  // warps doing all of them while the others wait at the next barrier.
+  static __device__ __forceinline__ int first(int tid) {
+    return (tid & 3) | ((tid >> 5) << 2) | (((tid >> 2) & 7) << 4);
+  }
   __device__ __forceinline__ PipeRawOps(const ssu_cuda_pipe_launch& L, const PipeItem& it) {
     nb = static_cast<int>(L.p.dstate) / VI;
     nx = it.rows / VI;
@@ -292,7 +299,7 @@ __device__ __forceinline__ void pipe_issue_raw(const ssu_cuda_pipe_launch& L, co
   const IT* xb = static_cast<const IT*>(p.x) + it.b * p.x_stride_b + it.h * p.x_stride_h + it.r0;
   const IT* zb = static_cast<const IT*>(p.z) + it.b * p.z_stride_b + it.h * p.z_stride_h + it.r0;
 #pragma unroll 1
-  for (int j = threadIdx.x; j < o.total; j += SSU_CUDA_THREADS) {
+  for (int j = PipeRawOps<IT>::first(threadIdx.x); j < o.total; j += SSU_CUDA_THREADS) {
     const int k = j - 2 * o.nb;
     const IT* src = j < o.nb       ? Bb + j * VI
                     : k < 0        ? Cb + (j - o.nb) * VI
@@ -432,9 +439,10 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
     }
     return;
   }
-  if (tid < T) {
+  const int t = tid - 32;  // token t's scalars on thread 32 + t (pipe_stage_ops)
+  if (t >= 0 && t < T) {
     ops.dt = load_param(p.dt, p.dt_dtype,
-                        it.b * p.dt_stride_b + tid * p.dt_stride_t + it.h * p.dt_stride_h);
+                        it.b * p.dt_stride_b + t * p.dt_stride_t + it.h * p.dt_stride_h);
     ops.bias = (p.features & SSU_F_HAS_DT_BIAS)
                    ? load_param(p.dt_bias, p.dt_bias_dtype, it.h * p.dt_bias_stride_h)
                    : 0.f;
@@ -463,7 +471,7 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
     constexpr int VI = PipeRawOps<IT>::VI;
     const int zj = 2 * o.nb + o.nx;  // the first chunk of z
 #pragma unroll 1
-    for (int j = tid; j < o.total; j += SSU_CUDA_THREADS) {
+    for (int j = PipeRawOps<IT>::first(tid); j < o.total; j += SSU_CUDA_THREADS) {
       Chunk<IT, VI> c;
       c.u = *reinterpret_cast<const uint4*>(st.raw + j * 16);
       float v[VI];
@@ -506,13 +514,16 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
     }
     return;
   }
-  if (tid < T) {
+  // Token t's step size on thread 32 + t (at most 8 tokens; the first warp
+  // issues the bulk copies).
+  const int t = tid - 32;
+  if (t >= 0 && t < T) {
     float dt = ops.dt;
     if (p.features & SSU_F_HAS_DT_BIAS) dt += ops.bias;
     if (p.features & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
-    st.scal[2 * tid] = dt;
-    st.scal[2 * tid + 1] = ssu_math::exp(ops.A * dt);
-    if (tid == 0) st.scal[2 * T] = ops.D;
+    st.scal[2 * t] = dt;
+    st.scal[2 * t + 1] = ssu_math::exp(ops.A * dt);
+    if (t == 0) st.scal[2 * T] = ops.D;
   }
 }
 
