@@ -270,12 +270,14 @@ template <typename IT>
 struct PipeRawOps {
   static constexpr int VI = 16 / sizeof(IT);  // elements per chunk
   int nb, nx, total;
-  // A thread's first chunk (then every 128th): runs of 4 chunks (64 bytes,
-  // whole sectors) go to the warps in turn, so that the four warps share the
-  // conversions (and the silu of z, the last chunks) instead of the first
-  // warps doing all of them while the others wait at the next barrier.
+  // A thread's first chunk (then every 128th): runs of 8 chunks (128 bytes)
+  // go to the warps in turn, so that the four warps share the conversions
+  // instead of the first warps doing all of them while the others wait at
+  // the next barrier; the silu of z (its 8 chunks at 64 rows of 16-bit
+  // values) stays on one warp (spread over two, it cost that many more
+  // instructions).
   static __device__ __forceinline__ int first(int tid) {
-    return (tid & 3) | ((tid >> 5) << 2) | (((tid >> 2) & 7) << 4);
+    return (tid & 7) | ((tid >> 5) << 3) | (((tid >> 3) & 3) << 5);
   }
   __device__ __forceinline__ PipeRawOps(const ssu_cuda_pipe_launch& L, const PipeItem& it) {
     nb = static_cast<int>(L.p.dstate) / VI;
@@ -439,7 +441,7 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
     }
     return;
   }
-  const int t = tid - 32;  // token t's scalars on thread 32 + t (pipe_stage_ops)
+  const int t = tid - 64;  // token t's scalars on thread 64 + t (pipe_stage_ops)
   if (t >= 0 && t < T) {
     ops.dt = load_param(p.dt, p.dt_dtype,
                         it.b * p.dt_stride_b + t * p.dt_stride_t + it.h * p.dt_stride_h);
@@ -514,9 +516,9 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
     }
     return;
   }
-  // Token t's step size on thread 32 + t (at most 8 tokens; the first warp
-  // issues the bulk copies).
-  const int t = tid - 32;
+  // Token t's step size on thread 64 + t (at most 8 tokens; the first warp
+  // issues the bulk copies, the second has the silu of z with 64 rows).
+  const int t = tid - 64;
   if (t >= 0 && t < T) {
     float dt = ops.dt;
     if (p.features & SSU_F_HAS_DT_BIAS) dt += ops.bias;
