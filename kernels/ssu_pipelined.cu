@@ -579,10 +579,10 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
 // the generic loop otherwise). With 10 rounds the two calls run round by
 // round side by side, so that each round's keys serve both and their
 // multiply chains overlap.
-template <bool R10 = false, typename Keys>
+template <typename Keys>
 __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const Keys& keys,
                                               uint64_t L0, uint32_t rounds) {
-  if (R10 || rounds == 10) {
+  if (rounds == 10) {
     uint32_t c0[2], c1[2], c2[2] = {0, 0}, c3[2] = {0, 0};
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -615,6 +615,65 @@ __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const 
 #pragma unroll
       for (int j = 0; j < 4; ++j) w[4 * q + j] = r.v[j];
     }
+  }
+}
+
+// The first two Philox rounds of the offsets of an item whose offsets share
+// their high word (the counter's c1): round 1 leaves c0 = c1 ^ k0, the same
+// for every counter, so round 2's product of it is the item's (c0p, and
+// ulo and x = high word ^ k1 of round 2), computed once per item.
+struct PipeSrHead {
+  uint32_t c0p, ulo, x;
+};
+
+template <typename Keys>
+__device__ __forceinline__ PipeSrHead pipe_sr_head(const Keys& keys, uint64_t L_first) {
+  const uint4 k = keys.pair(0);  // k0[0], k1[0], k0[1], k1[1]
+  PipeSrHead hd;
+  hd.c0p = static_cast<uint32_t>(L_first >> 32) ^ k.x;
+  uint32_t uhi;
+  ssu_math::mul_wide_u32(hd.c0p, 0xD2511F53u, hd.ulo, uhi);
+  hd.x = uhi ^ k.w;
+  return hd;
+}
+
+// pipe_sr_words with 10 rounds for a chunk of such an item, whose first
+// element has the low offset word lo (a multiple of 4; lo + 4 does not
+// carry): rounds 1 and 2 cost one wide multiply each per counter instead of
+// three for both, and the same words.
+template <typename Keys>
+__device__ __forceinline__ void pipe_sr_words10(uint32_t* w, const Keys& keys,
+                                                const PipeSrHead& hd, uint32_t lo) {
+  uint32_t c0[2], c1[2], c2[2], c3[2];
+  uint4 k = keys.pair(0);
+  uint4 kn = keys.pair(2);
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    uint32_t l1, h1, l2, h2;
+    ssu_math::mul_wide_u32(lo + 4 * q, 0xD2511F53u, l1, h1);  // round 1: c0 * M1
+    const uint32_t r1c2 = h1 ^ k.y;                            // round 1's c2 (c3 = l1)
+    ssu_math::mul_wide_u32(r1c2, 0xCD9E8D57u, l2, h2);         // round 2: c2 * M0
+    c0[q] = h2 ^ k.z;   // round 1's c1 is 0
+    c1[q] = l2;
+    c2[q] = l1 ^ hd.x;  // mulhi(M1, c0p) ^ c3 ^ k1[1]
+    c3[q] = hd.ulo;
+  }
+  k = kn;
+#pragma unroll
+  for (int i = 2; i < 10; i += 2) {
+    kn = i + 2 < 10 ? keys.pair(i + 2) : k;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
+    k = kn;
+  }
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    w[4 * q] = c0[q];
+    w[4 * q + 1] = c1[q];
+    w[4 * q + 2] = c2[q];
+    w[4 * q + 3] = c3[q];
   }
 }
 
@@ -909,6 +968,15 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     if (v) *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + (pofs ^ sw)) = acc;
   };
   // The row's new state, encoded and stored (and its int16 scale).
+  // A chunk's Philox words (R10: the default rounds, one high offset word).
+  PipeSrHead hd{0, 0, 0};
+  auto words = [&](uint32_t* w, int i, auto r10) {
+    if constexpr (decltype(r10)::value)
+      pipe_sr_words10(w, keys, hd, static_cast<uint32_t>(Lg) + i * (SSU_CUDA_THREADS * VEC));
+    else
+      pipe_sr_words(w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC),
+                    p.sr_rounds);
+  };
   auto store = [&](int i, bool v, const float* h, auto r10) {
     Chunk<ST, VEC> c;
     float enc = 1.f;
@@ -929,8 +997,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       }
     } else if constexpr (SR) {
       uint32_t w[VEC];
-      pipe_sr_words<decltype(r10)::value>(
-          w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC), p.sr_rounds);
+      words(w, i, r10);
       c.u = pipe_sr_pack<ST>(h, w);
     } else {
 #pragma unroll
@@ -960,10 +1027,8 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
           // the exact conversion: the pair's Philox chains and packs form
           // one basic block.
           uint32_t wa[VEC], wb[VEC];
-          const uint64_t La = Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC);
-          pipe_sr_words<decltype(r10)::value>(wa, seed, keys, La, p.sr_rounds);
-          pipe_sr_words<decltype(r10)::value>(wb, seed, keys, La + SSU_CUDA_THREADS * VEC,
-                                              p.sr_rounds);
+          words(wa, i, r10);
+          words(wb, i + 1, r10);
           bool rare = false;
           uint4 oa = pipe_sr_pack_fast<ST>(ha, wa, &rare);
           uint4 ob = pipe_sr_pack_fast<ST>(hb, wb, &rare);
@@ -1005,12 +1070,16 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   };
   // The default 10 Philox rounds decided once per item, not per chunk: the
   // row loop is then one basic block, in which ptxas interleaves a row's
-  // Philox chains with the loads and arithmetic of the rows around it.
+  // Philox chains with the loads and arithmetic of the rows around it. (An
+  // item whose offsets cross a multiple of 2^32 takes the general form.)
   if constexpr (SR) {
-    if (p.sr_rounds == 10)
+    const uint64_t L_last = L_row0 + static_cast<uint64_t>(it.rows) * p.dstate - 1;
+    if (p.sr_rounds == 10 && (L_row0 >> 32) == (L_last >> 32)) {
+      hd = pipe_sr_head(keys, L_row0);
       run(std::true_type{});
-    else
+    } else {
       run(std::false_type{});
+    }
   } else {
     run(std::false_type{});
   }
