@@ -359,11 +359,10 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   const ST* src = static_cast<const ST*>(p.state) + sl.src * p.state_stride_slot +
                   it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;
   const int chunks = it.rows * N / VEC;
-  if constexpr (!TILE) {
-  } else if constexpr (RL) {
+  if constexpr (TILE && RL) {
     for (int c = tid; c < chunks; c += SSU_CUDA_THREADS)
       cp_async_16(st.state + pipe_rl_chunk<16 / VEC>(c) * VEC, src + c * VEC);
-  } else {
+  } else if constexpr (TILE) {
     // Byte pointers stepped by the block's 2 KiB (the 64-bit element
     // address of `src + c * VEC` was rederived for every chunk).
     const unsigned char* g = reinterpret_cast<const unsigned char*>(src) + tid * 16;
@@ -573,6 +572,31 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
   return k;
 }
 
+// Philox rounds FIRST..9 (FIRST even) of two counters side by side, k the
+// keys of rounds FIRST and FIRST + 1 (each further pair is loaded while the
+// two rounds before it run), then the counters' words in order.
+template <int FIRST, typename Keys>
+__device__ __forceinline__ void pipe_sr_rounds(uint32_t* w, uint32_t* c0, uint32_t* c1,
+                                               uint32_t* c2, uint32_t* c3, const Keys& keys,
+                                               uint4 k) {
+#pragma unroll
+  for (int i = FIRST; i < 10; i += 2) {
+    const uint4 kn = i + 2 < 10 ? keys.pair(i + 2) : k;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
+    k = kn;
+  }
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    w[4 * q] = c0[q];
+    w[4 * q + 1] = c1[q];
+    w[4 * q + 2] = c2[q];
+    w[4 * q + 3] = c3[q];
+  }
+}
+
 // The Philox words of a 16-byte chunk of 8 elements whose first element has
 // pool offset L0, a multiple of 4 (the host guarantees it): two calls, their
 // words in order (ssu_math::philox4x32 with the keys above for 10 rounds,
@@ -590,24 +614,7 @@ __device__ __forceinline__ void pipe_sr_words(uint32_t* w, uint64_t seed, const 
       c0[q] = static_cast<uint32_t>(ctr);
       c1[q] = static_cast<uint32_t>(ctr >> 32);
     }
-    // Each pair of keys is loaded while the two rounds before it run.
-    uint4 k = keys.pair(0);
-#pragma unroll
-    for (int i = 0; i < 10; i += 2) {
-      const uint4 kn = i + 2 < 10 ? keys.pair(i + 2) : k;
-#pragma unroll
-      for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
-#pragma unroll
-      for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
-      k = kn;
-    }
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      w[4 * q] = c0[q];
-      w[4 * q + 1] = c1[q];
-      w[4 * q + 2] = c2[q];
-      w[4 * q + 3] = c3[q];
-    }
+    pipe_sr_rounds<0>(w, c0, c1, c2, c3, keys, keys.pair(0));
   } else {
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -645,8 +652,8 @@ template <typename Keys>
 __device__ __forceinline__ void pipe_sr_words10(uint32_t* w, const Keys& keys,
                                                 const PipeSrHead& hd, uint32_t lo) {
   uint32_t c0[2], c1[2], c2[2], c3[2];
-  uint4 k = keys.pair(0);
-  uint4 kn = keys.pair(2);
+  const uint4 k = keys.pair(0);
+  const uint4 k2 = keys.pair(2);
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     uint32_t l1, h1, l2, h2;
@@ -658,23 +665,7 @@ __device__ __forceinline__ void pipe_sr_words10(uint32_t* w, const Keys& keys,
     c2[q] = l1 ^ hd.x;  // mulhi(M1, c0p) ^ c3 ^ k1[1]
     c3[q] = hd.ulo;
   }
-  k = kn;
-#pragma unroll
-  for (int i = 2; i < 10; i += 2) {
-    kn = i + 2 < 10 ? keys.pair(i + 2) : k;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
-    k = kn;
-  }
-#pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    w[4 * q] = c0[q];
-    w[4 * q + 1] = c1[q];
-    w[4 * q + 2] = c2[q];
-    w[4 * q + 3] = c3[q];
-  }
+  pipe_sr_rounds<2>(w, c0, c1, c2, c3, keys, k2);
 }
 
 // The stochastically rounded bits of 8 values with their random words,
