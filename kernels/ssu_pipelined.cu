@@ -1398,10 +1398,11 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   int64_t item = blockIdx.x;
   PipeItem cur = pipe_item(L, item);
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
-  // Each item's copies form two cp.async groups: its operand chunks
-  // (L.off_raw; empty otherwise), then its state tile, so that an item's
-  // operands can be staged while its tile may still be in flight. With bulk
-  // copies (BULK) the groups hold the int16 row scales only, and the tile
+  // Each item's copies form two cp.async groups where its operand chunks
+  // are copied by cp.async (ops_group below): the chunks, then the state
+  // tile, so that an item's operands can be staged while its tile may still
+  // be in flight; one group, the tile's, otherwise. With bulk copies (BULK)
+  // that group holds the int16 row scales only, and the tile
   // and operand chunks complete on bars: the tile of stage 0 / 1, the
   // operands of stage 0 / 1; bit k of `parity` is the parity of bars[k]'s
   // next phase. A padding item (block-uniform) arms and waits for nothing.
@@ -1411,6 +1412,13 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   // 476 -> 465 us, int16 452 -> 442 us). The memory-bound round-to-nearest
   // kernels measured slower with them (bf16 394 -> 403 us, f32 774 -> 800).
   constexpr bool BULK = RAW && (SR || std::is_same<ST, int16_t>::value) && SSU_PIPE_BULK;
+  // The operand chunks form a cp.async group of their own only where they
+  // are copied by cp.async (block-uniform). An empty group committed ahead
+  // of each tile, with the waits counted for two groups, cost a third of the
+  // several-token and per-channel kernels' speed and 2.5 % in the SR ones
+  // (H100: T = 4 f32 state 342 -> 232 us at batch 64; Mamba-1 f32 94 -> 79
+  // us at batch 256; SR bf16 418 -> 410 us at batch 256).
+  const bool ops_group = RAW && !BULK && L.off_raw;
   __shared__ uint64_t bars[BULK ? 4 : 1];
   uint32_t parity = 0;
   if constexpr (BULK) {
@@ -1435,14 +1443,17 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
         pipe_mbar_wait(bars + 2 + s, (parity >> (2 + s)) & 1);
         parity ^= 4u << s;
       }
-    } else {
+    } else if (ops_group) {
       asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this thread's own copies
     }
+  };
+  auto commit_ops = [&] {
+    if (ops_group) asm volatile("cp.async.commit_group;\n" ::: "memory");
   };
   {
     const PipeStage<ST> first(L, 0);
     issue_ops(cur, cur_sl, first, 0);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    commit_ops();
     pipe_issue<PC, RL, MT, !BULK>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     wait_ops(cur_sl, 0);
@@ -1467,14 +1478,17 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
       nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
       issue_ops(nxt, nxt_sl, there, s ^ 1);
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    commit_ops();
     if (nitem < items) {
       pipe_issue<PC, RL, MT, !BULK>(L, nxt, nxt_sl, there, ops, T);
       if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
-    // All but the next item's two groups: this item's tile has landed.
-    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+    // All but the next item's group(s): this item's tile has landed.
+    if (ops_group)
+      asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+    else
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     if (BULK && cur_sl.src >= 0) {
       pipe_mbar_wait(bars + s, (parity >> s) & 1);
       parity ^= 1u << s;
