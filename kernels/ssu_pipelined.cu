@@ -676,13 +676,12 @@ __device__ __forceinline__ void pipe_sr_words10(uint32_t* w, const Keys& keys,
 //   reaches the sign for a number), both upper halves packed by one byte
 //   permute. The branch: a NaN (one unordered compare per pair of values).
 // - f16 (sm_80 and later): the sum with the low 13 bits, as a float t; a
-//   multiply by 2^-112 that flushes to zero exactly the |t| below 2^-14 (f32
-//   results below 2^-126), one back by 2^112 (exact), and a conversion
-//   toward zero of two values at once, which truncates the low 13 bits of a
-//   number in f16's normal range. The branch: a NaN value, |t| >= 2^16 (Inf
-//   in f16, where the conversion would give the largest finite value), Inf.
-//   (Measured slower: the flush as a paired f16 compare and a mask after the
-//   conversion, two instructions fewer per pair.)
+//   conversion toward zero of two values at once, which truncates the low 13
+//   bits of a number in f16's normal range and gives an f16 subnormal or
+//   zero for |t| below 2^-14; a paired f16 multiply by 1 that flushes
+//   subnormals to zeros of their sign. The branch: a NaN or infinite value,
+//   or one large enough that its sum may reach 2^16 (Inf in f16, where the
+//   conversion would give the largest finite value).
 // pipe_sr_pack_fast is the common path: *rare is set where a value needs
 // the exact functions, whose results pipe_sr_pack_exact then gives.
 template <typename ST>
@@ -699,20 +698,22 @@ __device__ __forceinline__ uint4 pipe_sr_pack_fast(const float* v, const uint32_
     }
   } else {
 #if __CUDA_ARCH__ >= 800
+    // The largest |v| whose sum stays below 2^16: 0x47800000 - 0x1fff.
+    const float big = __uint_as_float(0x477FE001u);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      // (A NaN's sum can carry into the sign: it is tested on its own.)
-      rare |= v[2 * k] != v[2 * k] || v[2 * k + 1] != v[2 * k + 1];
       float t[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
+        // Unordered: a NaN is rare too (its sum could carry into the sign).
+        rare |= !(fabsf(v[2 * k + j]) < big);
         t[j] = __uint_as_float(__float_as_uint(v[2 * k + j]) + (w[2 * k + j] & 0x1fffu));
-        rare |= !(fabsf(t[j]) < 65536.0f);
-        float f;
-        asm("mul.rn.ftz.f32 %0, %1, 0f07800000;" : "=f"(f) : "f"(t[j]));  // 2^-112
-        t[j] = f * 0x1p112f;
       }
-      asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(out[k]) : "f"(t[1]), "f"(t[0]));
+      uint32_t h;
+      asm("cvt.rz.f16x2.f32 %0, %1, %2;" : "=r"(h) : "f"(t[1]), "f"(t[0]));
+      // Times 1 with subnormals flushed: the f16 subnormals are the sums
+      // below 2^-14, which become zeros of their sign.
+      asm("mul.rn.ftz.f16x2 %0, %1, %2;" : "=r"(out[k]) : "r"(h), "r"(0x3C003C00u));
     }
 #else
     rare = true;
