@@ -398,7 +398,6 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
         if (r >= nsum) break;  // block-uniform
         float acc = 0.f;
         if (outproj) {
-  #pragma unroll
           float c[M3_VC] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
           for (int q = 0; q < R; ++q) {
@@ -411,7 +410,6 @@ __device__ __forceinline__ void mamba3_step_body(const ssu_mamba3_params& p) {
 #pragma unroll
           for (int v = 0; v < M3_VC; ++v) acc = fmaf(hh[v], c[v], acc);
         } else {
-  #pragma unroll
           float c4[M3_VC];
           lds4(s.C + r * N + n0, c4);
 #pragma unroll

@@ -572,10 +572,10 @@ __device__ __forceinline__ PipeKeys pipe_keys(uint64_t seed) {
   return k;
 }
 
-// Philox rounds FIRST..9 (FIRST even) of two counters side by side, k the
+// Philox rounds FIRST..9 (FIRST even) of NC counters side by side, k the
 // keys of rounds FIRST and FIRST + 1 (each further pair is loaded while the
 // two rounds before it run), then the counters' words in order.
-template <int FIRST, typename Keys>
+template <int FIRST, int NC = 2, typename Keys>
 __device__ __forceinline__ void pipe_sr_rounds(uint32_t* w, uint32_t* c0, uint32_t* c1,
                                                uint32_t* c2, uint32_t* c3, const Keys& keys,
                                                uint4 k) {
@@ -583,13 +583,13 @@ __device__ __forceinline__ void pipe_sr_rounds(uint32_t* w, uint32_t* c0, uint32
   for (int i = FIRST; i < 10; i += 2) {
     const uint4 kn = i + 2 < 10 ? keys.pair(i + 2) : k;
 #pragma unroll
-    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
+    for (int q = 0; q < NC; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.x, k.y);
 #pragma unroll
-    for (int q = 0; q < 2; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
+    for (int q = 0; q < NC; ++q) ssu_math::philox_round(c0[q], c1[q], c2[q], c3[q], k.z, k.w);
     k = kn;
   }
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
+  for (int q = 0; q < NC; ++q) {
     w[4 * q] = c0[q];
     w[4 * q + 1] = c1[q];
     w[4 * q + 2] = c2[q];
@@ -644,20 +644,22 @@ __device__ __forceinline__ PipeSrHead pipe_sr_head(const Keys& keys, uint64_t L_
   return hd;
 }
 
-// pipe_sr_words with 10 rounds for a chunk of such an item, whose first
-// element has the low offset word lo (a multiple of 4; lo + 4 does not
-// carry): rounds 1 and 2 cost one wide multiply each per counter instead of
-// three for both, and the same words.
-template <typename Keys>
+// pipe_sr_words with 10 rounds for NC / 2 chunks of such an item, chunk c's
+// first element at the low offset word lo[c] (a multiple of 4; lo[c] + 4
+// does not carry), its words at w + 8 c: rounds 1 and 2 cost one wide
+// multiply each per counter instead of three for both, and the same words.
+// (The chunks of a row pair run round by round together, each round's keys
+// loaded once for both.)
+template <int NC, typename Keys>
 __device__ __forceinline__ void pipe_sr_words10(uint32_t* w, const Keys& keys,
-                                                const PipeSrHead& hd, uint32_t lo) {
-  uint32_t c0[2], c1[2], c2[2], c3[2];
+                                                const PipeSrHead& hd, const uint32_t* lo) {
+  uint32_t c0[NC], c1[NC], c2[NC], c3[NC];
   const uint4 k = keys.pair(0);
   const uint4 k2 = keys.pair(2);
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
+  for (int q = 0; q < NC; ++q) {
     uint32_t l1, h1, l2, h2;
-    ssu_math::mul_wide_u32(lo + 4 * q, 0xD2511F53u, l1, h1);  // round 1: c0 * M1
+    ssu_math::mul_wide_u32(lo[q >> 1] + 4 * (q & 1), 0xD2511F53u, l1, h1);  // round 1: c0 * M1
     const uint32_t r1c2 = h1 ^ k.y;                            // round 1's c2 (c3 = l1)
     ssu_math::mul_wide_u32(r1c2, 0xCD9E8D57u, l2, h2);         // round 2: c2 * M0
     c0[q] = h2 ^ k.z;   // round 1's c1 is 0
@@ -665,7 +667,7 @@ __device__ __forceinline__ void pipe_sr_words10(uint32_t* w, const Keys& keys,
     c2[q] = l1 ^ hd.x;  // mulhi(M1, c0p) ^ c3 ^ k1[1]
     c3[q] = hd.ulo;
   }
-  pipe_sr_rounds<2>(w, c0, c1, c2, c3, keys, k2);
+  pipe_sr_rounds<2, NC>(w, c0, c1, c2, c3, keys, k2);
 }
 
 // The stochastically rounded bits of 8 values with their random words,
@@ -944,12 +946,10 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     }
   };
   // The state step and the lane's partial of the row sum, put in the row's bytes.
-  auto step = [&](int i, bool v, float* h) {
+  // The lane's B and C columns are read again for each row (or row pair):
+  // held for the whole tile, their 16 registers made the kernels spill.
+  auto step_bc = [&](int i, bool v, float* h, const float* Bv, const float* Cv) {
     const float dtx = dt * (v ? xg[i * ngrp] : 0.f);
-    // The lane's B and C columns, read again each row: held for the whole
-    // tile, their 16 registers made the kernels spill.
-    float Bv[VEC], Cv[VEC];
-    pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
     float acc = 0.f;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
@@ -959,13 +959,19 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     const int sw = ((i * gpw) & smask) << 4;
     if (v) *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + (pofs ^ sw)) = acc;
   };
+  auto step = [&](int i, bool v, float* h) {
+    float Bv[VEC], Cv[VEC];
+    pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
+    step_bc(i, v, h, Bv, Cv);
+  };
   // The row's new state, encoded and stored (and its int16 scale).
   // A chunk's Philox words (R10: the default rounds, one high offset word).
   PipeSrHead hd{0, 0, 0};
   auto words = [&](uint32_t* w, int i, auto r10) {
-    if constexpr (decltype(r10)::value)
-      pipe_sr_words10(w, keys, hd, static_cast<uint32_t>(Lg) + i * (SSU_CUDA_THREADS * VEC));
-    else
+    if constexpr (decltype(r10)::value) {
+      const uint32_t lo[1] = {static_cast<uint32_t>(Lg) + i * (SSU_CUDA_THREADS * VEC)};
+      pipe_sr_words10<2>(w, keys, hd, lo);
+    } else
       pipe_sr_words(w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC),
                     p.sr_rounds);
   };
@@ -1011,16 +1017,34 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       load(i + 1, true, hb);
       // The rows' bytes take their partials below: all their lanes have read.
       __syncwarp();
-      step(i, true, ha);
-      step(i + 1, true, hb);
+      if constexpr (SR) {
+        // One read of the columns for both rows. (The int16 kernels, at
+        // 102 registers, measured 2.5 % slower with it.)
+        float Bv[VEC], Cv[VEC];
+        pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
+        step_bc(i, true, ha, Bv, Cv);
+        step_bc(i + 1, true, hb, Bv, Cv);
+      } else {
+        step(i, true, ha);
+        step(i + 1, true, hb);
+      }
       if constexpr (decltype(has_dst)::value) {
         if constexpr (SR) {
           // Both rows' common paths, then one branch for values that need
           // the exact conversion: the pair's Philox chains and packs form
-          // one basic block.
-          uint32_t wa[VEC], wb[VEC];
-          words(wa, i, r10);
-          words(wb, i + 1, r10);
+          // one basic block, the four chains of the default rounds run
+          // round by round.
+          uint32_t w[2 * VEC];
+          uint32_t* const wa = w;
+          uint32_t* const wb = w + VEC;
+          if constexpr (decltype(r10)::value) {
+            const uint32_t lo[2] = {static_cast<uint32_t>(Lg) + i * (SSU_CUDA_THREADS * VEC),
+                                    static_cast<uint32_t>(Lg) + (i + 1) * (SSU_CUDA_THREADS * VEC)};
+            pipe_sr_words10<4>(w, keys, hd, lo);
+          } else {
+            words(wa, i, r10);
+            words(wb, i + 1, r10);
+          }
           bool rare = false;
           uint4 oa = pipe_sr_pack_fast<ST>(ha, wa, &rare);
           uint4 ob = pipe_sr_pack_fast<ST>(hb, wb, &rare);
