@@ -965,16 +965,27 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     step_bc(i, v, h, Bv, Cv);
   };
   // The row's new state, encoded and stored (and its int16 scale).
-  // A chunk's Philox words (R10: the default rounds, one high offset word).
+  // The Philox words of the chunks of NR consecutive steps from step i, 8
+  // per chunk (R10: the default rounds, one high offset word; the chunks'
+  // counters then run round by round together).
   PipeSrHead hd{0, 0, 0};
-  auto words = [&](uint32_t* w, int i, auto r10) {
+  auto words = [&](uint32_t* w, int i, auto r10, auto nr) {
+    constexpr int NR = decltype(nr)::value;
     if constexpr (decltype(r10)::value) {
-      const uint32_t lo[1] = {static_cast<uint32_t>(Lg) + i * (SSU_CUDA_THREADS * VEC)};
-      pipe_sr_words10<2>(w, keys, hd, lo);
-    } else
-      pipe_sr_words(w, seed, keys, Lg + static_cast<uint64_t>(i) * (SSU_CUDA_THREADS * VEC),
-                    p.sr_rounds);
+      uint32_t lo[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        lo[r] = static_cast<uint32_t>(Lg) + (i + r) * (SSU_CUDA_THREADS * VEC);
+      pipe_sr_words10<2 * NR>(w, keys, hd, lo);
+    } else {
+#pragma unroll
+      for (int r = 0; r < NR; ++r)
+        pipe_sr_words(w + r * VEC, seed, keys,
+                      Lg + static_cast<uint64_t>(i + r) * (SSU_CUDA_THREADS * VEC), p.sr_rounds);
+    }
   };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
   auto store = [&](int i, bool v, const float* h, auto r10) {
     Chunk<ST, VEC> c;
     float enc = 1.f;
@@ -995,7 +1006,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       }
     } else if constexpr (SR) {
       uint32_t w[VEC];
-      words(w, i, r10);
+      words(w, i, r10, One{});
       c.u = pipe_sr_pack<ST>(h, w);
     } else {
 #pragma unroll
@@ -1035,16 +1046,9 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
           // one basic block, the four chains of the default rounds run
           // round by round.
           uint32_t w[2 * VEC];
-          uint32_t* const wa = w;
-          uint32_t* const wb = w + VEC;
-          if constexpr (decltype(r10)::value) {
-            const uint32_t lo[2] = {static_cast<uint32_t>(Lg) + i * (SSU_CUDA_THREADS * VEC),
-                                    static_cast<uint32_t>(Lg) + (i + 1) * (SSU_CUDA_THREADS * VEC)};
-            pipe_sr_words10<4>(w, keys, hd, lo);
-          } else {
-            words(wa, i, r10);
-            words(wb, i + 1, r10);
-          }
+          words(w, i, r10, Two{});
+          const uint32_t* const wa = w;
+          const uint32_t* const wb = w + VEC;
           bool rare = false;
           uint4 oa = pipe_sr_pack_fast<ST>(ha, wa, &rare);
           uint4 ob = pipe_sr_pack_fast<ST>(hb, wb, &rare);
