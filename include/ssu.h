@@ -369,7 +369,8 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    adds its low 13 bits, bf16 its low 16 bits, to the fp32 magnitude.
  *    Results below 2^-14 in f16 flush to a signed zero, overflow gives Inf,
  *    NaN stays NaN. The CPU and CUDA backends store identical bits: both
- *    form the fp32 state with the same operation sequence (no contraction,
+ *    form the fp32 state with the same operation sequence (state * dA +
+ *    B[n] * (dt * x), each product and the sum rounded, no contraction;
  *    the library's own exp and log1p). Outputs are never stochastically
  *    rounded.
  *    rounding_seed is read by the kernel when it runs (a device pointer for
