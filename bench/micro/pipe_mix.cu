@@ -24,8 +24,7 @@ __device__ __forceinline__ void opx(uint32_t& v, float& f, uint32_t u) {
   if (X == 8) asm volatile("shf.l.wrap.b32 %0, %0, %1, 3;" : "+r"(v) : "r"(u));                                           // shift
   if (X == 9) asm volatile("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(v) : "r"(0x3C013C01u));    // HMNMX2
   if (X == 10) asm volatile("fma.rn.f32 %0, %0, 0f3F800001, 0f3F800000;" : "+f"(f));                  // FFMA
-  if (X == 11) asm volatile("shl.b32 %0, %1, 16;" : "=r"(v) : "r"(u));
-  if (X == 12) asm volatile("cvt.rn.f32.u32 %0, %1;" : "=f"(f) : "r"(u));                                 // IMAD.SHL/U32
+  if (X == 12) asm volatile("cvt.rn.f32.u32 %0, %1;" : "=f"(f) : "r"(u));                                 // I2FP
 }
 template <int X, int W>
 __global__ void k(uint32_t* out, int iters, uint32_t seed) {
@@ -70,7 +69,7 @@ int main() {
   int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   uint32_t* d; cudaMalloc(&d, sms * 4 * 512 * 4);
   run<0, 1>("wide+lop3 alone", d, sms);
-  const char* names[] = {"", "HADD2.F32 (cvt.f32.f16)", "F2FP (cvt.rz.f16x2.f32)", "HMUL2.FTZ", "FMUL", "add.u32", "and (LOP3)", "PRMT", "shf.l.wrap", "HMNMX2", "FFMA", "shl by 16 (IMAD.SHL or SHF)", "I2F"};
+  const char* names[] = {"", "HADD2.F32 (cvt.f32.f16)", "F2FP (cvt.rz.f16x2.f32)", "HMUL2.FTZ", "FMUL", "add.u32", "and (LOP3)", "PRMT", "shf.l.wrap", "HMNMX2", "FFMA", "(unused)", "I2F"};
 #define R(x) { char b[64]; snprintf(b, 64, "X alone: %s", names[x]); run<x, 0>(b, d, sms); snprintf(b, 64, "wide+lop3+%s", names[x]); run<x, 1>(b, d, sms); }
   R(1) R(2) R(3) R(4) R(5) R(6) R(7) R(8) R(9) R(10) R(12)
   return 0;

@@ -163,9 +163,9 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
 // CUDA (the default context: direct kernels for these small calls, simple
 // ones for int16 or with SSU_CUDA_DIRECT=0; three blocks: pipelined kernels)
 // must store the same bits. Special values go on every third element, then
-// on one in 61: alone among finite neighbours, as the pipelined kernels
-// test a row pair's 16 values at once (its row sums for NaN, its packed
-// results for overflow) rather than each value.
+// on one in 61: alone among finite neighbours, since the pipelined SR
+// kernels take one rare-value branch for a row pair's 16 values, which a
+// lone special value must still send there.
 TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backends") {
   CudaMemory dmem;
   HostMemory hmem;
