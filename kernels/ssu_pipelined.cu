@@ -87,7 +87,7 @@ struct PipeSlots {
 // the loads are in flight while the block computes). An int32 index is held
 // zero-extended and gets its sign in pipe_resolve: extended at the load, the
 // load was waited for there (long-scoreboard stalls, SR bf16 batch 256).
-struct PipeRaw {
+struct PipeIndexBits {
   uint64_t src, dst;
 };
 
@@ -139,8 +139,9 @@ __device__ __forceinline__ int64_t pipe_index_value(uint64_t bits, int32_t dtype
   return static_cast<int32_t>(static_cast<uint32_t>(bits));
 }
 
-__device__ __forceinline__ PipeRaw pipe_load_indices(const ssu_update_params& p, int64_t b) {
-  PipeRaw r;
+__device__ __forceinline__ PipeIndexBits pipe_load_indices(const ssu_update_params& p,
+                                                           int64_t b) {
+  PipeIndexBits r;
   r.src = (p.features & SSU_F_HAS_SRC)
               ? pipe_load_index_bits(p.src_index, p.index_dtype, b * p.src_stride_b)
               : static_cast<uint64_t>(b);
@@ -151,8 +152,8 @@ __device__ __forceinline__ PipeRaw pipe_load_indices(const ssu_update_params& p,
 }
 
 // Padding and out-of-range slots, exactly as the simple kernels treat them.
-__device__ __forceinline__ PipeSlots pipe_resolve(const ssu_update_params& p, const PipeRaw& r,
-                                                  bool reporter) {
+__device__ __forceinline__ PipeSlots pipe_resolve(const ssu_update_params& p,
+                                                  const PipeIndexBits& r, bool reporter) {
   PipeSlots s{-1, -1};
   const int64_t src = (p.features & SSU_F_HAS_SRC) ? pipe_index_value(r.src, p.index_dtype)
                                                    : static_cast<int64_t>(r.src);
@@ -1488,8 +1489,8 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     wait_ops(cur_sl, 0);
     pipe_stage_ops<PC>(L, cur, cur_sl, first, ops, T);
   }
-  PipeRaw next_raw{0, 0};
-  if (item + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, item + stride));
+  PipeIndexBits next_bits{0, 0};
+  if (item + stride < items) next_bits = pipe_load_indices(p, pipe_item_seq(L, item + stride));
 
 #pragma unroll 1
   for (int s = 0; item < items; item += stride, s ^= 1) {
@@ -1504,13 +1505,13 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     PipeSlots nxt_sl{-1, -1};
     if (nitem < items) {
       nxt = pipe_item(L, nitem);
-      nxt_sl = pipe_resolve(p, next_raw, nxt.reporter);
+      nxt_sl = pipe_resolve(p, next_bits, nxt.reporter);
       issue_ops(nxt, nxt_sl, there, s ^ 1);
     }
     commit_ops();
     if (nitem < items) {
       pipe_issue<PC, RL, MT, !BULK>(L, nxt, nxt_sl, there, ops, T);
-      if (nitem + stride < items) next_raw = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
+      if (nitem + stride < items) next_bits = pipe_load_indices(p, pipe_item_seq(L, nitem + stride));
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     // All but the next item's group(s): this item's tile has landed.
