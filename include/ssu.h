@@ -197,6 +197,9 @@ typedef struct ssu_state_pool {
 #define SSU_STRUCT_UPDATE_ARGS 6
 #define SSU_STRUCT_MAMBA3_STEP_ARGS 7
 #define SSU_STRUCT_MAMBA3_ROTARY_ARGS 8
+#define SSU_STRUCT_REPLAY_RING 9
+#define SSU_STRUCT_REPLAY_ARGS 10
+#define SSU_STRUCT_REPLAY_FLUSH_ARGS 11
 
 /** sizeof() of a struct as the loaded library knows it (0 for an unknown
  *  id), so that bindings can check their layouts against the library. */
@@ -230,6 +233,9 @@ static inline T ssu_update_args_init_(void) {
 #  define SSU_UPDATE_ARGS_INIT ssu_update_args_init_<ssu_update_args_t>()
 #  define SSU_MAMBA3_STEP_ARGS_INIT ssu_update_args_init_<ssu_mamba3_step_args_t>()
 #  define SSU_MAMBA3_ROTARY_ARGS_INIT ssu_update_args_init_<ssu_mamba3_rotary_args_t>()
+#  define SSU_REPLAY_RING_INIT SSU_STRUCT_INIT_(ssu_replay_ring_t)
+#  define SSU_REPLAY_ARGS_INIT ssu_update_args_init_<ssu_replay_args_t>()
+#  define SSU_REPLAY_FLUSH_ARGS_INIT ssu_update_args_init_<ssu_replay_flush_args_t>()
 extern "C" {
 #else
 #  define SSU_STATE_POOL_INIT {.struct_size = (uint32_t)sizeof(ssu_state_pool_t)}
@@ -243,6 +249,11 @@ extern "C" {
     {.struct_size = (uint32_t)sizeof(ssu_mamba3_step_args_t), .pad_slot_id = -1}
 #  define SSU_MAMBA3_ROTARY_ARGS_INIT \
     {.struct_size = (uint32_t)sizeof(ssu_mamba3_rotary_args_t), .pad_slot_id = -1}
+#  define SSU_REPLAY_RING_INIT {.struct_size = (uint32_t)sizeof(ssu_replay_ring_t)}
+#  define SSU_REPLAY_ARGS_INIT \
+    {.struct_size = (uint32_t)sizeof(ssu_replay_args_t), .pad_slot_id = -1}
+#  define SSU_REPLAY_FLUSH_ARGS_INIT \
+    {.struct_size = (uint32_t)sizeof(ssu_replay_flush_args_t), .pad_slot_id = -1}
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -441,6 +452,8 @@ typedef int32_t ssu_algorithm_t;
  * AUTO picks it there. A call too small to fill the device once (or whose
  * state pool is not 16-byte aligned) runs the cuda_simple kernels. */
 #define SSU_ALGORITHM_CUDA_PIPELINED 4
+/* CUDA: the replay kernels (ssu_plan_create_replay's only CUDA algorithm). */
+#define SSU_ALGORITHM_CUDA_REPLAY 5
 
 typedef struct ssu_plan_options {
   uint32_t struct_size;
@@ -638,6 +651,166 @@ SSU_API ssu_status_t ssu_plan_create_mamba3_rotary(ssu_context_t context,
 SSU_API ssu_status_t ssu_plan_execute_mamba3_rotary(ssu_plan_t plan,
                                                     const ssu_mamba3_rotary_args_t* args,
                                                     ssu_stream_t stream);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpointed (replay) decode -- EXPERIMENTAL until 0.4                    */
+/* ------------------------------------------------------------------------ */
+/*
+ * A plain update reads and writes the whole state every step. Replay keeps
+ * each slot's state as a checkpoint (the state pool) plus a ring of the last
+ * L tokens' inputs, computes the outputs from checkpoint + ring, and writes
+ * the state once every L steps. An append step therefore moves the
+ * checkpoint read, the ring entries read and one entry written; only a
+ * flush step also writes the state. Every decision (commit, flush, append)
+ * is taken per sequence on the device from two per-slot counters, so a whole
+ * decode loop stays inside one CUDA graph with no host bookkeeping.
+ *
+ * The names and layouts below may still change before 0.4.
+ *
+ * Per slot s:
+ *  - ckpt[s]: the state pool of ssu_state_pool_t (every state format).
+ *  - a ring of L entries, one per token: x, B and the step size
+ *    delta = softplus?(dt + dt_bias) as f32 (after bias and softplus).
+ *  - committed[s], pending[s]: int32 counters, both 0 for a fresh slot. The
+ *    caller zeroes them when a slot starts a new request (prefill writes
+ *    ckpt[s] directly, like a plain update would).
+ * The logical state of s is ckpt[s] advanced, in order and in fp32 with the
+ * update's recurrence, by ring entries 0 .. committed[s]-1.
+ */
+
+/**
+ * The ring buffers and counters of a replay pool; S, H, P, N, G as for the
+ * state pool they belong to, L the ring's capacity in tokens.
+ *  - x: (S, L, H, P), the input dtype;
+ *  - B: (S, L, G, N), the input dtype;
+ *  - dt: (S, L, H) f32, or (S, L, H, P) f32 when the step size is per
+ *    channel (per-channel dt or dt_bias, the Mamba-1 layout);
+ *  - committed, pending: (S,) int32.
+ * The last axis of x, B and dt must be dense; every other stride is free
+ * (>= 0), so the rings may be slot-major, head-major or live inside larger
+ * buffers. Every tensor is caller memory (device memory for CUDA).
+ */
+typedef struct ssu_replay_ring {
+  uint32_t struct_size;
+  uint32_t reserved0; /* must be 0 */
+  ssu_tensor_t x;
+  ssu_tensor_t B;
+  ssu_tensor_t dt;
+  ssu_tensor_t committed;
+  ssu_tensor_t pending;
+} ssu_replay_ring_t;
+
+/**
+ * Arguments of a replay step: the update's tensors (see ssu_update_args_t)
+ * in its single-token (T = 1), multi-token (Bt, T, ...) or varlen form, with
+ * the slot pool and its ring. Per-head (Mamba-2) and per-channel (Mamba-1)
+ * layouts, every input dtype and every state format of the update apply.
+ *  - flags: SSU_UPDATE_DT_SOFTPLUS, SSU_UPDATE_DISABLE_STATE_UPDATE.
+ *  - src_index (optional): (Bt,) int32/int64 slots; absent: slot = b.
+ *    Padding as for the update: the sequence's outputs are exactly zero and
+ *    nothing of its slot (pool, ring, counters) is read or written.
+ *  - num_accepted (optional): (Bt,) int32/int64, how many of the previous
+ *    call's pending tokens the sequence keeps (speculative decoding).
+ *  - T (x.shape[1], or max_tokens in the varlen form) must be <= L. A varlen
+ *    sequence of length <= 0 is skipped: nothing of its slot is touched.
+ * Per sequence b with slot s and T_b tokens:
+ *  1. commit: committed[s] += (num_accepted ? num_accepted[b] : pending[s]);
+ *     pending[s] = 0. (num_accepted[b] outside 0..pending[s]: the CPU backend
+ *     rejects the call before writing; CUDA clamps and sets
+ *     SSU_ERROR_BIT_ACCEPTED in *error_word.)
+ *  2. flush if committed[s] + T_b > L: the logical state is stored to ckpt[s]
+ *     exactly as the plain update would store it after the same tokens (the
+ *     same fp32 operation sequence, rounding and stochastic-rounding words,
+ *     for every state format), then committed[s] = 0.
+ *  3. out[b, t] for t < T_b: the update's output of token t computed from the
+ *     logical state and this call's tokens 0..t (within the update's
+ *     tolerances; the state itself is never rounded in between).
+ *  4. append: this call's x, B and delta go to ring entries committed[s] ..
+ *     committed[s] + T_b - 1; pending[s] = T_b.
+ * With SSU_UPDATE_DISABLE_STATE_UPDATE only the outputs are written (no
+ * flush, no append, counters untouched); they are those of steps 1-3.
+ * Ring entries at or beyond committed + pending are never read. Two
+ * sequences of one call naming the same slot is undefined.
+ */
+typedef struct ssu_replay_args {
+  uint32_t struct_size;
+  uint32_t flags;           /* SSU_UPDATE_DT_SOFTPLUS | ..._DISABLE_STATE_UPDATE */
+  int64_t pad_slot_id;      /* additional padding value; default -1 */
+  int64_t max_tokens;       /* varlen only: T, the longest sequence allowed */
+  const ssu_state_pool_t* pool;  /* required: the checkpoints */
+  const ssu_replay_ring_t* ring; /* required */
+  ssu_tensor_t x;           /* required */
+  ssu_tensor_t dt;          /* required */
+  ssu_tensor_t A;           /* required */
+  ssu_tensor_t B;           /* required */
+  ssu_tensor_t C;           /* required */
+  ssu_tensor_t D;           /* optional */
+  ssu_tensor_t dt_bias;     /* optional */
+  ssu_tensor_t z;           /* optional */
+  ssu_tensor_t out;         /* required */
+  ssu_tensor_t src_index;   /* optional, (Bt,) */
+  ssu_tensor_t cu_seqlens;  /* optional: selects the varlen form */
+  ssu_tensor_t num_accepted; /* optional, (Bt,) */
+  uint32_t* error_word;     /* optional device word, CUDA backend only */
+  const uint64_t* rounding_seed; /* optional: stochastic rounding of f16 /
+                               bf16 checkpoint stores (as for the update; the
+                               element offsets are those of the slot) */
+  uint32_t rounding_rounds; /* Philox rounds, 1..32; 0 means 10 */
+  uint32_t reserved1;       /* must be 0 */
+} ssu_replay_args_t;
+
+/* Bit the CUDA backend ORs into *error_word for a num_accepted entry outside
+ * 0..pending (clamped). */
+#define SSU_ERROR_BIT_ACCEPTED 0x4u
+
+/**
+ * Arguments of a replay flush: folds the rings of a list of slots into their
+ * checkpoints (ckpt = logical state, counters 0), e.g. before a slot is
+ * handed to prefix caching, preemption or the plain update. For each listed
+ * slot s (padding entries are skipped): commit as step 1 of a replay step
+ * (num_accepted[k] when given, else pending[s]), then, if committed[s] > 0,
+ * store the logical state to ckpt[s] exactly as step 2 does; then
+ * committed[s] = pending[s] = 0. Nothing else is written.
+ *  - pool, ring: as for the replay plan (same shapes, dtypes and layouts;
+ *    S may differ like for any execute).
+ *  - A: as for the replay plan (the fold recomputes exp(A * delta)).
+ *  - src_index: (K,) int32/int64, required; num_accepted: optional, (K,)
+ *    int32/int64. A slot >= S is handled as by a replay step.
+ *  - rounding_seed / rounding_rounds: as for the replay plan (required
+ *    exactly when the plan rounds stochastically).
+ */
+typedef struct ssu_replay_flush_args {
+  uint32_t struct_size;
+  uint32_t flags;           /* none defined yet: must be 0 */
+  int64_t pad_slot_id;      /* default -1 */
+  const ssu_state_pool_t* pool;
+  const ssu_replay_ring_t* ring;
+  ssu_tensor_t A;
+  ssu_tensor_t src_index;
+  ssu_tensor_t num_accepted;
+  uint32_t* error_word;
+  const uint64_t* rounding_seed;
+  uint32_t rounding_rounds;
+  uint32_t reserved1;
+} ssu_replay_flush_args_t;
+
+/** Validates `args` and plans replay steps of this kind: everything an update
+ *  plan fixes (see ssu_plan_create_update) plus the ring's capacity L and
+ *  its dtypes and layouts; T <= L is checked here. The plan's algorithm is
+ *  reported by ssu_plan_get_info. */
+SSU_API ssu_status_t ssu_plan_create_replay(ssu_context_t context,
+                                            const ssu_replay_args_t* args,
+                                            const ssu_plan_options_t* options,
+                                            ssu_plan_t* out_plan);
+/** Runs a planned replay step on `stream` (same contract as
+ *  ssu_plan_execute_update: nothing written on error, CUDA-graph capturable). */
+SSU_API ssu_status_t ssu_plan_execute_replay(ssu_plan_t plan, const ssu_replay_args_t* args,
+                                             ssu_stream_t stream);
+/** Runs a replay flush (see ssu_replay_flush_args_t) with a replay plan on
+ *  `stream`; capturable like ssu_plan_execute_replay. */
+SSU_API ssu_status_t ssu_plan_execute_replay_flush(ssu_plan_t plan,
+                                                   const ssu_replay_flush_args_t* args,
+                                                   ssu_stream_t stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/validate_mamba3.h"
+#include "core/validate_replay.h"
 #include "core/validate_update.h"
 #include "ssu.h"
 
@@ -21,7 +22,7 @@ struct ssu_context_s {
 };
 
 struct ssu_plan_s {
-  enum Op { kUpdate, kMamba3Step, kMamba3Rotary };
+  enum Op { kUpdate, kMamba3Step, kMamba3Rotary, kReplay };
   uint64_t magic;
   ssu::Backend* backend;
   Op op;
@@ -29,6 +30,7 @@ struct ssu_plan_s {
   ssu_update_params proto;
   ssu_mamba3_params m3_proto;
   ssu_rotary_params rot_proto;
+  ssu_replay_params replay_proto;
   ssu_algorithm_t algorithm;
 };
 
@@ -102,6 +104,7 @@ std::unique_ptr<ssu_plan_s> new_plan(ssu_context_s* c, ssu_plan_s::Op op) {
   std::memset(&plan->proto, 0, sizeof plan->proto);
   std::memset(&plan->m3_proto, 0, sizeof plan->m3_proto);
   std::memset(&plan->rot_proto, 0, sizeof plan->rot_proto);
+  std::memset(&plan->replay_proto, 0, sizeof plan->replay_proto);
   plan->magic = kPlanMagic;
   plan->backend = c->backend.get();
   plan->op = op;
@@ -113,6 +116,7 @@ const char* op_name(ssu_plan_s::Op op) {
     case ssu_plan_s::kUpdate: return "a selective state update";
     case ssu_plan_s::kMamba3Step: return "a Mamba-3 step";
     case ssu_plan_s::kMamba3Rotary: return "a Mamba-3 rotary step";
+    case ssu_plan_s::kReplay: return "a replay step";
   }
   return "?";
 }
@@ -132,6 +136,7 @@ const char* algorithm_name(ssu_algorithm_t a) {
     case SSU_ALGORITHM_CUDA_SIMPLE: return "cuda_simple";
     case SSU_ALGORITHM_CUDA_TMA: return "cuda_tma";
     case SSU_ALGORITHM_CUDA_PIPELINED: return "cuda_pipelined";
+    case SSU_ALGORITHM_CUDA_REPLAY: return "cuda_replay";
     default: return "unknown";
   }
 }
@@ -214,6 +219,9 @@ size_t ssu_struct_size(int32_t id) {
     case SSU_STRUCT_UPDATE_ARGS: return sizeof(ssu_update_args_t);
     case SSU_STRUCT_MAMBA3_STEP_ARGS: return sizeof(ssu_mamba3_step_args_t);
     case SSU_STRUCT_MAMBA3_ROTARY_ARGS: return sizeof(ssu_mamba3_rotary_args_t);
+    case SSU_STRUCT_REPLAY_RING: return sizeof(ssu_replay_ring_t);
+    case SSU_STRUCT_REPLAY_ARGS: return sizeof(ssu_replay_args_t);
+    case SSU_STRUCT_REPLAY_FLUSH_ARGS: return sizeof(ssu_replay_flush_args_t);
     default: return 0;
   }
 }
@@ -324,6 +332,19 @@ ssu_status_t ssu_plan_create_mamba3_rotary(ssu_context_t context,
   });
 }
 
+ssu_status_t ssu_plan_create_replay(ssu_context_t context, const ssu_replay_args_t* args,
+                                    const ssu_plan_options_t* options, ssu_plan_t* out) {
+  return guarded([&] {
+    ssu_context_s* c = context_from(context, "context");
+    if (!out) ssu::fail(SSU_ERROR_NULL_POINTER, "out_plan is NULL");
+    const ssu_plan_options_t o = plan_options(options);
+    auto plan = new_plan(c, ssu_plan_s::kReplay);
+    plan->replay_proto = ssu::normalize_replay(args);
+    plan->algorithm = c->backend->plan_replay(plan->replay_proto, o.algorithm);
+    *out = plan.release();
+  });
+}
+
 ssu_status_t ssu_plan_destroy(ssu_plan_t plan) {
   return guarded([&] {
     if (!plan) return;
@@ -380,6 +401,29 @@ ssu_status_t ssu_plan_execute_mamba3_rotary(ssu_plan_t plan, const ssu_mamba3_ro
     ssu::check_fits_plan(p->rot_proto, params);
     if (params.batch == 0) return;
     p->backend->execute_mamba3_rotary(params, p->algorithm, stream);
+  });
+}
+
+ssu_status_t ssu_plan_execute_replay(ssu_plan_t plan, const ssu_replay_args_t* args,
+                                     ssu_stream_t stream) {
+  return guarded([&] {
+    ssu_plan_s* p = plan_from(plan);
+    require_op(p, ssu_plan_s::kReplay, "ssu_plan_execute_replay");
+    const ssu_replay_params params = ssu::normalize_replay(args);
+    ssu::check_fits_replay_plan(p->replay_proto, params);
+    if (params.u.batch == 0) return;
+    p->backend->execute_replay(params, p->algorithm, stream);
+  });
+}
+
+ssu_status_t ssu_plan_execute_replay_flush(ssu_plan_t plan, const ssu_replay_flush_args_t* args,
+                                           ssu_stream_t stream) {
+  return guarded([&] {
+    ssu_plan_s* p = plan_from(plan);
+    require_op(p, ssu_plan_s::kReplay, "ssu_plan_execute_replay_flush");
+    const ssu_replay_params params = ssu::normalize_replay_flush(args, p->replay_proto);
+    if (params.u.batch == 0) return;
+    p->backend->execute_replay(params, p->algorithm, stream);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "ssu.h"
 #include "ssu_mamba3_params.h"
+#include "ssu_replay_params.h"
 #include "ssu_update_params.h"
 
 namespace ssu {
@@ -48,6 +49,17 @@ class Backend {
   virtual void execute_mamba3_rotary(const ssu_rotary_params& /*params*/,
                                      ssu_algorithm_t /*algorithm*/, ssu_stream_t /*stream*/) {
     fail(SSU_ERROR_INTERNAL, "a Mamba-3 rotary step ran on a backend that cannot plan it");
+  }
+
+  // Replay steps and the replay flush op (SSU_RF_FLUSH_OP in rflags), one
+  // plan for both. A backend that lacks them refuses at plan time.
+  virtual ssu_algorithm_t plan_replay(const ssu_replay_params& /*proto*/,
+                                      ssu_algorithm_t /*requested*/) {
+    fail(SSU_ERROR_NOT_SUPPORTED, "this backend has no replay step");
+  }
+  virtual void execute_replay(const ssu_replay_params& /*params*/, ssu_algorithm_t /*algorithm*/,
+                              ssu_stream_t /*stream*/) {
+    fail(SSU_ERROR_INTERNAL, "a replay step ran on a backend that cannot plan it");
   }
 
   // *seed += increment in stream order (device memory for CUDA, host memory
