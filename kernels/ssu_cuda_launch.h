@@ -24,6 +24,7 @@
 #define SSU_CUDA_LAUNCH_H_
 
 #include "ssu_mamba3_params.h"
+#include "ssu_replay_params.h"
 #include "ssu_update_params.h"
 
 #define SSU_CUDA_THREADS 128
@@ -137,5 +138,34 @@ typedef struct ssu_cuda_m3_pipe_launch {
   int32_t off_w;    /* f32 [chunk_rows][R], readout weight                */
   int32_t off_e;    /* f32 [chunk_rows][R], D x xproj (times w with outproj) */
 } ssu_cuda_m3_pipe_launch;
+
+/*
+ * The replay kernels (kernels/ssu_replay.cu): one block of SSU_CUDA_THREADS
+ * per (sequence, head, tile of rows_per_block rows), ordered with the tile
+ * fastest. A state row is spread over lanes_per_row lanes (a power of two
+ * <= 32), each holding up to two 16-byte chunks. The entries of a call (the
+ * committed ring entries, then the call's tokens: at most L + T) are staged
+ * in dynamic shared memory at the offsets below (16-byte aligned, f32).
+ * Every block of a sequence counts itself in the high 16 bits of the slot's
+ * pending counter; the last one writes the shared ring entries (B, delta)
+ * and the counters, so no block reads a counter or entry another changed.
+ */
+typedef struct ssu_cuda_replay_launch {
+  ssu_replay_params p;
+  int32_t lanes_per_row;
+  int32_t rows_per_block;
+  int32_t tiles_per_head;
+  int32_t max_entries;  /* L + T (L for the flush op)                     */
+  int32_t off_delta;  /* [E] per head, [E][rows] per channel              */
+  int32_t off_dA;     /* [E] exp(A * delta), per-head A and delta only    */
+  int32_t off_B;      /* [E][N]                                           */
+  int32_t off_C;      /* [T][N]                                           */
+  int32_t off_x;      /* [E][rows]                                        */
+  int32_t off_z;      /* [T][rows]                                        */
+  int32_t off_D;      /* [rows]                                           */
+  int32_t off_y;      /* [T][rows] row sums                               */
+  int32_t off_coef;   /* [T][E] closed-form weights, then [T] decays      */
+  int32_t off_scale;  /* [rows] int16 decode scales                       */
+} ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -10,6 +10,7 @@
 #include "ssu_direct.cu"
 #include "ssu_mamba3.cu"
 #include "ssu_mamba3_pipe.cu"
+#include "ssu_replay.cu"
 
 // *seed += increment, in stream order (one thread): lets a captured CUDA
 // graph draw fresh stochastic-rounding bits on every replay.

@@ -234,6 +234,10 @@ class CudaBackend final : public Backend {
           m3p_regs_blocks_[si][v] = blocks_by_registers(m3p_fn_[si][v], kM3pThreads);
         }
       rotary_fn_ = load_function("ssu_mamba3_rotary");
+      for (int si = 0; si < kStateDtypes; ++si)
+        for (int i = 0; i < 3; ++i)
+          replay_fn_[si][i] = load_streaming_kernel(
+              format("ssu_replay_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
     } catch (...) {
       release();
       throw;
@@ -294,6 +298,68 @@ class CudaBackend final : public Backend {
     void* args[] = {&copy};
     launch(rotary_fn_, static_cast<unsigned>(blocks), kM3Threads,
            static_cast<unsigned>(2 * p.nangles * 4), stream, args);
+  }
+
+
+  // ---- replay (kernels/ssu_replay.cu) ---------------------------------------
+  ssu_algorithm_t plan_replay(const ssu_replay_params& rp, ssu_algorithm_t requested) override {
+    const ssu_update_params& p = rp.u;
+    if (requested != SSU_ALGORITHM_AUTO && requested != SSU_ALGORITHM_CUDA_REPLAY)
+      fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %d (%s) cannot run a replay step; use "
+           "cuda_replay or auto", requested, algorithm_name(requested));
+    const int si = state_dtype_index(p.state_dtype);
+    if (si < 0 || dtype_index(p.input_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA replay kernels support f32, f16, bf16 and i16 states "
+           "and f32, f16, bf16 inputs");
+    const int vec = 16 / dtype_bytes(si);
+    if (p.dstate % vec != 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%lld but the CUDA replay kernels need a multiple of "
+           "%d for a %s state (16-byte rows)", static_cast<long long>(p.dstate), vec,
+           kDtypeNames[si]);
+    if (p.dim * p.dstate > INT32_MAX)
+      fail(SSU_ERROR_NOT_SUPPORTED, "dim*dstate=%lld exceeds the CUDA backend's limit of 2^31-1",
+           static_cast<long long>(p.dim * p.dstate));
+    ssu_cuda_replay_launch probe;
+    const int rows = replay_rows(rp, 1 << 30);
+    const int64_t need = replay_smem(rp, rows, &probe);
+    if (need > max_smem_)
+      fail(SSU_ERROR_NOT_SUPPORTED, "a ring of L=%lld entries with T=%lld tokens and dstate=%lld "
+           "needs %lld bytes of shared memory per block, more than this device's %d",
+           static_cast<long long>(rp.ring_len), static_cast<long long>(p.ntokens),
+           static_cast<long long>(p.dstate), static_cast<long long>(need), max_smem_);
+    return SSU_ALGORITHM_CUDA_REPLAY;
+  }
+
+  void execute_replay(const ssu_replay_params& rp, ssu_algorithm_t,
+                      ssu_stream_t stream) override {
+    const ssu_update_params& p = rp.u;
+    if (p.batch <= 0) return;
+    const int si = state_dtype_index(p.state_dtype), ii = dtype_index(p.input_dtype);
+    const int sb = dtype_bytes(si);
+    if (!aligned16(p.state) || (p.state_stride_slot * sb) % 16 != 0)
+      fail(SSU_ERROR_BAD_STRIDE, "the CUDA replay kernels need pool.state 16-byte aligned with a "
+           "slot stride of a multiple of 16 bytes (state at %p, slot stride %lld elements)",
+           p.state, static_cast<long long>(p.state_stride_slot));
+    ssu_cuda_replay_launch L;
+    std::memset(&L, 0, sizeof L);
+    L.p = rp;
+    const int64_t bh = p.batch * p.nheads;
+    // Whole heads per block once they fill the device four times over;
+    // smaller row tiles (more blocks) below that.
+    const int rows = replay_rows(rp, bh);
+    const int64_t need = replay_smem(rp, rows, &L);
+    const int64_t tiles = L.tiles_per_head;
+    if (p.nheads * tiles >= 32768)
+      fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld in %lld row tiles make too many blocks per "
+           "sequence for the replay kernels (limit 32767)", static_cast<long long>(p.nheads),
+           static_cast<long long>(tiles));
+    const int64_t blocks = bh * tiles;
+    if (blocks > INT32_MAX)
+      fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads*tiles=%lld is too large for one CUDA launch",
+           static_cast<long long>(blocks));
+    void* args[] = {&L};
+    launch(replay_fn_[si][ii], static_cast<unsigned>(blocks), SSU_CUDA_THREADS,
+           static_cast<unsigned>(need), stream, args);
   }
 
   void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t stream) override {
@@ -436,6 +502,55 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Rows per replay block for `bh` (sequence, head) pairs: whole heads (up
+  // to 256 rows) when they give four blocks per SM, else smaller tiles, in
+  // multiples of the block's row groups.
+  int replay_rows(const ssu_replay_params& rp, int64_t bh) const {
+    const ssu_update_params& p = rp.u;
+    const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
+    const int chunks = static_cast<int>(p.dstate) * sb / 16;
+    const int lpr = std::min(32, pow2_ceil(std::max(1, chunks)));
+    const int ngrp = SSU_CUDA_THREADS / lpr;
+    const int64_t P = p.dim;
+    int64_t tiles = std::max<int64_t>(1, (P + 255) / 256);
+    const int64_t want = 4 * static_cast<int64_t>(sms_);
+    if (bh * tiles < want) tiles = std::min<int64_t>((want + bh - 1) / bh, (P + ngrp - 1) / ngrp);
+    int64_t rows = (P + tiles - 1) / tiles;
+    rows = (rows + ngrp - 1) / ngrp * ngrp;
+    return static_cast<int>(std::min<int64_t>(rows, std::max<int64_t>(P, 1)));
+  }
+
+  // Fills the geometry and shared-memory offsets of a replay launch with
+  // `rows` rows per block; returns the dynamic shared memory it needs.
+  int64_t replay_smem(const ssu_replay_params& rp, int rows, ssu_cuda_replay_launch* L) const {
+    const ssu_update_params& p = rp.u;
+    const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
+    const int chunks = static_cast<int>(p.dstate) * sb / 16;
+    L->lanes_per_row = std::min(32, pow2_ceil(std::max(1, chunks)));
+    L->rows_per_block = rows;
+    L->tiles_per_head = static_cast<int32_t>((p.dim + rows - 1) / rows);
+    const int64_t T = p.ntokens, E = rp.ring_len + T, N = p.dstate;
+    const bool dt_pc = p.features & SSU_F_DT_PER_CHANNEL;
+    L->max_entries = static_cast<int32_t>(E);
+    int64_t o = 0;
+    auto put = [&](int64_t floats) {
+      const int64_t at = o;
+      o = align16(o + floats * 4);
+      return static_cast<int32_t>(std::min<int64_t>(at, INT32_MAX));
+    };
+    L->off_delta = put(dt_pc ? E * rows : E);
+    L->off_dA = put(E);
+    L->off_B = put(E * N);
+    L->off_C = put(T * N);
+    L->off_x = put(E * rows);
+    L->off_z = put((p.features & SSU_F_HAS_Z) ? T * rows : 0);
+    L->off_D = put(rows);
+    L->off_y = put(T * rows);
+    L->off_coef = put(T * E + T);
+    L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? rows : 0);
+    return o;
+  }
+
   // A plan's algorithm for an operation (`what`: "update", "Mamba-3 step")
   // whose pipelined kernels cannot take its form for reason `why_not` (null:
   // they can): auto takes the pipelined kernels where they can, the simple
@@ -907,6 +1022,7 @@ class CudaBackend final : public Backend {
   // About the warps per SM below which longer warps measured slower.
   static constexpr int kDirectWarpsPerSm = 15;
   CUfunction advance_seed_fn_ = nullptr;
+  CUfunction replay_fn_[kStateDtypes][3] = {};
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
   int m3p_regs_blocks_[3][kM3pRanks] = {};
