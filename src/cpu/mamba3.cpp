@@ -143,7 +143,9 @@ void step_item(const ssu_mamba3_params& p, int64_t b, int64_t h) {
   const int64_t z_base = b * p.z_stride_b + h * p.z_stride_h;
   const int64_t head_off = h * P * N;
   const int64_t src_off = s.src * p.state_stride_slot + head_off;
-  const int64_t dst_off = s.dst * p.state_stride_slot + head_off;
+  // A padding dst (e.g. INT64_MIN as pad_slot_id) is never stored to, so its
+  // offset is formed only for a real slot: the product could overflow.
+  const int64_t dst_off = s.store ? s.dst * p.state_stride_slot + head_off : 0;
 
   alignas(64) float row[kMaxDstate];
   float y[kMaxRank];
