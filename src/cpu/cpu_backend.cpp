@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "cpu/kernels.h"
 #include "cpu/mamba3.h"
+#include "cpu/replay.h"
 #include "cpu/sequence.h"
 #include "cpu/thread_pool.h"
 
@@ -131,6 +132,16 @@ class CpuBackend final : public Backend {
   }
   void execute_mamba3_rotary(const ssu_rotary_params& p, ssu_algorithm_t, ssu_stream_t) override {
     cpu::mamba3_rotary(p, pool_);
+  }
+
+  ssu_algorithm_t plan_replay(const ssu_replay_params&, ssu_algorithm_t requested) override {
+    return plan_update(ssu_update_params{}, requested);
+  }
+  // Slot ranges and varlen lengths are the update's checks; cpu::replay
+  // checks the counters and num_accepted, all before anything is written.
+  void execute_replay(const ssu_replay_params& p, ssu_algorithm_t, ssu_stream_t) override {
+    check_data(p.u);
+    cpu::replay(p, pool_);
   }
 
   void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t) override {
