@@ -729,6 +729,10 @@ typedef struct ssu_replay_ring {
  *     committed[s] + T_b - 1; pending[s] = T_b.
  * With SSU_UPDATE_DISABLE_STATE_UPDATE only the outputs are written (no
  * flush, no append, counters untouched); they are those of steps 1-3.
+ * Counters must satisfy 0 <= committed, 0 <= pending, committed + pending
+ * <= L (they do whenever only libssu writes them after zeroing): otherwise
+ * the CPU backend rejects the call before writing and CUDA handles the
+ * sequence as padding and sets SSU_ERROR_BIT_COUNTERS.
  * Ring entries at or beyond committed + pending are never read. Two
  * sequences of one call naming the same slot is undefined.
  */
@@ -759,9 +763,11 @@ typedef struct ssu_replay_args {
   uint32_t reserved1;       /* must be 0 */
 } ssu_replay_args_t;
 
-/* Bit the CUDA backend ORs into *error_word for a num_accepted entry outside
- * 0..pending (clamped). */
+/* Bits the CUDA backend ORs into *error_word for a replay step or flush: a
+ * num_accepted entry outside 0..pending (clamped), counters out of range
+ * (the sequence is handled as padding). */
 #define SSU_ERROR_BIT_ACCEPTED 0x4u
+#define SSU_ERROR_BIT_COUNTERS 0x8u
 
 /**
  * Arguments of a replay flush: folds the rings of a list of slots into their

@@ -15,8 +15,9 @@ namespace {
 using namespace checks;
 
 constexpr uint32_t kKnownFlags = SSU_UPDATE_DT_SOFTPLUS | SSU_UPDATE_DISABLE_STATE_UPDATE;
-// Ring entries are addressed with 16 spare bits in the pending counter (the
-// CUDA kernels count arriving blocks there), so L stays below 2^15.
+// The CUDA kernels count a sequence's blocks in the high 16 bits of its
+// pending counter, so pending (<= L) must fit the low 16 bits; and the whole
+// ring of a sequence is staged in shared memory there.
 constexpr int64_t kMaxRingLen = 4096;
 
 template <typename T>
