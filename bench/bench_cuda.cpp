@@ -1,10 +1,11 @@
-// The CUDA side of ssu-bench: device memory, a device-to-device copy ceiling,
-// a row gather/scatter kernel and library calls, all timed the same way: a
-// batch of operations captured once into a CUDA graph, the graph replayed
-// many times between CUDA events, the median replay divided by the
-// operations it holds. The driver is reached through the same dlopen'ed
-// table as the library (no libcuda or libcudart link); the gather/scatter
-// kernel comes from ssu-bench's own embedded fatbin (bench_kernels.cu).
+// The CUDA side of ssu-bench: device memory, a copy ceiling (the faster of
+// the driver's device-to-device memcpy and a vectorized copy kernel, with a
+// read-only stream for reference), a row gather/scatter kernel and library
+// calls, all timed the same way: a batch of operations captured once into a
+// CUDA graph, the graph replayed many times between CUDA events, the median
+// replay divided by the operations it holds. The driver is reached through
+// the same dlopen'ed table as the library (no libcuda or libcudart link); the
+// bench's kernels come from its own embedded fatbin (bench_kernels.cu).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -51,6 +52,10 @@ class CudaBenchDevice final : public BenchDevice {
     CUkernel k = nullptr;
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_copy_rows"), "cuLibraryGetKernel");
     ok(d_.KernelGetFunction(&copy_rows_, k), "cuKernelGetFunction");
+    ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_copy"), "cuLibraryGetKernel");
+    ok(d_.KernelGetFunction(&copy_, k), "cuKernelGetFunction");
+    ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_read"), "cuLibraryGetKernel");
+    ok(d_.KernelGetFunction(&read_, k), "cuKernelGetFunction");
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_empty"), "cuLibraryGetKernel");
     ok(d_.KernelGetFunction(&empty_, k), "cuKernelGetFunction");
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_empty_small"), "cuLibraryGetKernel");
@@ -68,6 +73,10 @@ class CudaBenchDevice final : public BenchDevice {
   }
 
   std::string name() const override { return name_; }
+  std::string driver() const override {
+    return "CUDA driver API " + std::to_string(d_.version / 1000) + "." +
+           std::to_string(d_.version % 1000 / 10);
+  }
 
   void* alloc(size_t bytes) override {
     CUdeviceptr p = 0;
@@ -75,15 +84,24 @@ class CudaBenchDevice final : public BenchDevice {
     return reinterpret_cast<void*>(p);
   }
   void release(void* p) override { d_.MemFree(reinterpret_cast<CUdeviceptr>(p)); }
+  // cuMemcpyHtoD from pageable memory may return before its DMA lands, and
+  // the bench's stream does not wait for the legacy stream: synchronize.
   void upload(void* dst, const void* src, size_t bytes) override {
     ok(d_.MemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD");
+    ok(d_.CtxSynchronize(), "cuCtxSynchronize");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    ok(d_.CtxSynchronize(), "cuCtxSynchronize");
+    ok(d_.MemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH");
   }
 
   // The copy rotates over copies of its own (src, dst) pair until the copies
   // of one replay touch at least kCudaRotationBytes, as the update's calls
   // rotate through their state pool: copying one small pair again and again
-  // would time the L2 cache, not device memory.
-  double time_copy(void* dst, const void* src, size_t bytes, int iters) override {
+  // would time the L2 cache, not device memory. The driver's memcpy, the
+  // copy kernel and the read-only stream run over the same pairs, one graph
+  // each, back to back.
+  CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) override {
     const size_t per_pair = 2 * std::max<size_t>(bytes, 1);
     const size_t pairs = std::min<size_t>(
         kMaxCopyPairs, std::max<size_t>(1, (kCudaRotationBytes + per_pair - 1) / per_pair));
@@ -105,25 +123,80 @@ class CudaBenchDevice final : public BenchDevice {
       }
     }
     const int per_graph = static_cast<int>(std::max<size_t>(pairs, kCallsPerGraph));
-    return time_graph(
+    ok(d_.CtxSynchronize(), "cuCtxSynchronize");
+    CopyTiming c;
+    c.memcpy_s = time_graph(
         [&](CUstream st) {
           for (int i = 0; i < per_graph; ++i)
             ok(d_.MemcpyDtoDAsync(d[i % pairs], s[i % pairs], bytes, st), "cuMemcpyDtoDAsync");
         },
         per_graph, iters);
+    // One-shot blocks over the whole copy (kernels in bench_kernels.cu).
+    const unsigned long long words = bytes / 16;
+    const unsigned copy_blocks = grid_for(words, kCopyThreads);
+    const unsigned read_blocks = grid_for(2 * words, kReadThreads * kReadWords);
+    CUdeviceptr sums = 0;
+    ok(d_.MemAlloc(&sums, size_t{read_blocks} * sizeof(unsigned)), "cuMemAlloc (read sums)");
+    extra.mem.push_back(sums);
+    unsigned long long n = bytes;
+    c.kernel_s = time_graph(
+        [&](CUstream st) {
+          for (int i = 0; i < per_graph; ++i) {
+            CUdeviceptr to = d[i % pairs], from = s[i % pairs];
+            void* params[] = {&to, &from, &n};
+            ok(d_.LaunchKernel(copy_, copy_blocks, 1, 1, kCopyThreads, 1, 1, 0, st, params,
+                               nullptr),
+               "cuLaunchKernel (ssu_bench_copy)");
+          }
+        },
+        per_graph, iters);
+    c.read_s = time_graph(
+        [&](CUstream st) {
+          for (int i = 0; i < per_graph; ++i) {
+            CUdeviceptr a = s[i % pairs], b = d[i % pairs];
+            void* params[] = {&a, &b, &n, &sums};
+            ok(d_.LaunchKernel(read_, read_blocks, 1, 1, kReadThreads, 1, 1, 0, st, params,
+                               nullptr),
+               "cuLaunchKernel (ssu_bench_read)");
+          }
+        },
+        per_graph, iters);
+    const bool kernel_wins = c.kernel_s < c.memcpy_s;
+    c.best_s = kernel_wins ? c.kernel_s : c.memcpy_s;
+    c.winner = kernel_wins ? "copy kernel" : "memcpy";
+    return c;
   }
 
   double time_ops(const Op& op, size_t n, int iters) override {
     if (n == 0) throw std::runtime_error("time_ops: no operations");
     const int per_graph = static_cast<int>(std::max<size_t>(n, kCallsPerGraph));
     // One untimed pass outside capture (first-touch effects), then the graph.
-    for (size_t i = 0; i < n; ++i) op(i, as_ssu(stream_));
-    ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
+    run_ops(op, n);
     return time_graph(
         [&](CUstream st) {
           for (int i = 0; i < per_graph; ++i) op(static_cast<size_t>(i) % n, as_ssu(st));
         },
         per_graph, iters);
+  }
+
+  double time_sequence(const Op& op, size_t n, int iters) override {
+    if (n == 0) throw std::runtime_error("time_sequence: no operations");
+    run_ops(op, n);  // untimed, outside capture
+    // Whole passes only, enough of them for at least kCallsPerGraph operations.
+    const size_t passes = std::max<size_t>(1, (kCallsPerGraph + n - 1) / n);
+    if (passes * n > size_t{1} << 30) throw std::runtime_error("time_sequence: too many operations");
+    return time_graph(
+        [&](CUstream st) {
+          for (size_t p = 0; p < passes; ++p)
+            for (size_t i = 0; i < n; ++i) op(i, as_ssu(st));
+        },
+        static_cast<int>(passes * n), iters);
+  }
+
+  void run_ops(const Op& op, size_t n) override {
+    ok(d_.CtxSynchronize(), "cuCtxSynchronize");
+    for (size_t i = 0; i < n; ++i) op(i, as_ssu(stream_));
+    ok(d_.StreamSynchronize(stream_), "cuStreamSynchronize");
   }
 
   double host_time_ops(const Op& op, size_t n, int iters) override {
@@ -189,6 +262,19 @@ class CudaBenchDevice final : public BenchDevice {
  private:
   static constexpr int kCallsPerGraph = 20;
   static constexpr size_t kMaxCopyPairs = 64;
+  // The launch shapes of ssu_bench_copy and ssu_bench_read: the values of
+  // SSU_BENCH_COPY_THREADS, SSU_BENCH_READ_THREADS and SSU_BENCH_READ_WORDS
+  // in bench_kernels.cu.
+  static constexpr unsigned kCopyThreads = 1024;
+  static constexpr unsigned kReadThreads = 512;
+  static constexpr unsigned kReadWords = 4;
+
+  // Blocks that cover `words` words at `per_block` words a block (at least
+  // one, at most the grid's x limit; the kernels loop beyond it).
+  static unsigned grid_for(unsigned long long words, unsigned long long per_block) {
+    const unsigned long long blocks = (words + per_block - 1) / per_block;
+    return static_cast<unsigned>(std::max<unsigned long long>(1, std::min(blocks, 0x7fffffffull)));
+  }
 
   void ok(CUresult r, const char* call) const {
     if (r != CUDA_SUCCESS) throw std::runtime_error(ssu_cuda::describe(d_, call, r));
@@ -239,6 +325,7 @@ class CudaBenchDevice final : public BenchDevice {
   CUlibrary lib_ = nullptr;
   CUfunction copy_rows_ = nullptr;
   CUfunction empty_ = nullptr, empty_small_ = nullptr;
+  CUfunction copy_ = nullptr, read_ = nullptr;
 };
 
 }  // namespace

@@ -21,23 +21,53 @@ namespace ssu_bench {
 // std::runtime_error on a failed call.
 using Op = std::function<void(size_t i, ssu_stream_t stream)>;
 
+// The copy ceiling for a number of bytes: the device's own ways of moving
+// them, each timed the way operations are (median seconds per copy).
+struct CopyTiming {
+  double best_s = 0;    // the fastest copy below: the ceiling
+  // CUDA: graph-captured cuMemcpyDtoDAsync; CPU: the better of a one-thread
+  // and a multi-thread memcpy.
+  double memcpy_s = 0;
+  double kernel_s = 0;  // CUDA: ssu-bench's 16-byte vectorized copy kernel (0: none)
+  // CUDA: a read-only stream of as many bytes as the copy moves (its source
+  // and destination both read), for reference; never the ceiling (0: none).
+  double read_s = 0;
+  std::string winner;   // which copy gave best_s
+};
+
 class BenchDevice {
  public:
   virtual ~BenchDevice() = default;
   virtual std::string name() const = 0;
+  // The driver under the device ("" where there is none to name).
+  virtual std::string driver() const { return ""; }
   // Memory the context's backend can address (host for CPU, device for CUDA).
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
-  // Copies host bytes into memory from alloc().
+  // Copies host bytes into memory from alloc() (complete before any later
+  // operation of this device starts).
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
-  // Median seconds of one copy of `bytes` bytes (src -> dst, both from
-  // alloc()), measured the same way operations are timed.
-  virtual double time_copy(void* dst, const void* src, size_t bytes, int iters) = 0;
+  // Copies bytes of memory from alloc() to the host, after every operation
+  // issued before.
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // The copy ceiling of `bytes` bytes (src -> dst, both from alloc()): each
+  // of the device's copies timed the same way operations are.
+  virtual CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) = 0;
   // Median seconds per operation of op(i % n, stream), rotating through the
   // n operations so that consecutive ones touch different memory.
   virtual double time_ops(const Op& op, size_t n, int iters) = 0;
   // Median host seconds spent issuing one operation.
   virtual double host_time_ops(const Op& op, size_t n, int iters) = 0;
+  // Median seconds per operation of whole passes op(0), ..., op(n-1) in that
+  // order: one untimed pass, then `iters` timed ones (CUDA: the pass, repeated
+  // up to at least 20 operations, captured as one graph, replayed once
+  // untimed and then `iters` times). Every pass is complete, so state that
+  // the operations carry from one to the next (replay counters) ends each
+  // pass as it began.
+  virtual double time_sequence(const Op& op, size_t n, int iters) = 0;
+  // Runs op(0), ..., op(n-1) once, in order, after every upload, and waits
+  // for them.
+  virtual void run_ops(const Op& op, size_t n) = 0;
   // Median host seconds of launching an empty kernel whose parameter block
   // is as large as the update kernels' (`*param_bytes`), measured as
   // host_time_ops measures; 0 where launches are not a thing (CPU).

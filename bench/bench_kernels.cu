@@ -1,7 +1,8 @@
-// ssu-bench's own CUDA kernel: the row gather/scatter an engine runs around a
-// dense step (copy the batch's rows of a slot pool into a dense buffer, and
-// back). Compiled into a fatbin embedded in ssu-bench and launched through
-// the driver API; not part of libssu.
+// ssu-bench's own CUDA kernels: the row gather/scatter an engine runs around
+// a dense step (copy the batch's rows of a slot pool into a dense buffer, and
+// back), the copy ceiling's vectorized copy, a read-only stream and empty
+// kernels for the launch floor. Compiled into a fatbin embedded in ssu-bench
+// and launched through the driver API; not part of libssu.
 #include <stdint.h>
 
 #include "../kernels/ssu_cuda_launch.h"
@@ -30,6 +31,60 @@ extern "C" __global__ void __launch_bounds__(256)
     to[k + 3 * step] = e;
   }
   for (; k < n; k += step) to[k] = from[k];
+}
+
+// The copy ceiling's own copy: `bytes` bytes from src to dst (both 16-byte
+// aligned) in 16-byte words, one word per thread: the grid covers the whole
+// copy (its grid-stride loop runs once unless the grid was capped), which on
+// an H100 outruns a persistent grid of a few blocks per SM looping over it.
+// The last bytes % 16 bytes go by one thread.
+#define SSU_BENCH_COPY_THREADS 1024
+extern "C" __global__ void __launch_bounds__(SSU_BENCH_COPY_THREADS)
+    ssu_bench_copy(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                   unsigned long long bytes) {
+  const unsigned long long n = bytes / 16;
+  for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < n;
+       k += (unsigned long long)gridDim.x * blockDim.x)
+    dst[k] = src[k];
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    for (unsigned long long i = n * 16; i < bytes; ++i)
+      reinterpret_cast<char*>(dst)[i] = reinterpret_cast<const char*>(src)[i];
+}
+
+// A read-only stream for reference: reads the 16-byte words of `bytes`
+// bytes of a and then of b (one index space of 2 * (bytes / 16) words),
+// four words per thread in flight, sums them and writes one value per block
+// to sums[blockIdx.x], so that no load can be dropped. The last bytes % 16
+// bytes of each buffer are not read.
+#define SSU_BENCH_READ_THREADS 512
+#define SSU_BENCH_READ_WORDS 4
+extern "C" __global__ void __launch_bounds__(SSU_BENCH_READ_THREADS)
+    ssu_bench_read(const uint4* __restrict__ a, const uint4* __restrict__ b,
+                   unsigned long long bytes, unsigned* __restrict__ sums) {
+  const unsigned long long n = bytes / 16, total = 2 * n;
+  const unsigned long long tile = (unsigned long long)blockDim.x * SSU_BENCH_READ_WORDS;
+  unsigned acc = 0;
+  for (unsigned long long base = (unsigned long long)blockIdx.x * tile + threadIdx.x; base < total;
+       base += (unsigned long long)gridDim.x * tile) {
+    uint4 w[SSU_BENCH_READ_WORDS];
+#pragma unroll
+    for (int u = 0; u < SSU_BENCH_READ_WORDS; ++u) {
+      const unsigned long long k = base + (unsigned long long)u * blockDim.x;
+      w[u] = k < n ? a[k] : k < total ? b[k - n] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < SSU_BENCH_READ_WORDS; ++u) acc += w[u].x + w[u].y + w[u].z + w[u].w;
+  }
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  __shared__ unsigned warp_sums[SSU_BENCH_READ_THREADS / 32];
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) warp_sums[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned total_sum = 0;
+    for (unsigned v = 0; v < blockDim.x / 32; ++v) total_sum += warp_sums[v];
+    sums[blockIdx.x] = total_sum;
+  }
 }
 
 // Does nothing with a parameter block the size of the pipelined update

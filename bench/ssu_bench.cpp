@@ -36,8 +36,10 @@ const char kUsage[] =
     "batch sizes and prints, per batch: the median time of one call, the achieved\n"
     "bandwidth (bytes that must move / time), the device's copy bandwidth for the\n"
     "same number of bytes measured in the same run (CPU: the better of one-thread\n"
-    "and multi-thread memcpy; CUDA: device-to-device copy), their ratio, and the\n"
-    "host time of one execute call. On CUDA the header also gives the launch\n"
+    "and multi-thread memcpy; CUDA: the faster of a graph-captured device-to-device\n"
+    "memcpy and ssu-bench's 16-byte vectorized copy kernel, with a read-only\n"
+    "stream of the same bytes for reference), their ratio, and the host time of\n"
+    "one execute call. On CUDA the header also gives the launch\n"
     "floor: the host time of cuLaunchKernel of an empty kernel with a parameter\n"
     "block as large as the update kernels' (and with an 8-byte one).\n"
     "\n"
@@ -73,12 +75,22 @@ const char kUsage[] =
     "                           gathered into dense buffers, the step on them without\n"
     "                           indices, the rows scattered back to the dst slots)\n"
     "  --rank R                 Mamba-3 MIMO rank (default 4)\n"
+    "  --replay L               time checkpointed (replay) decode with a ring of L\n"
+    "                           tokens per slot (ssu_plan_execute_replay) beside the\n"
+    "                           plain update of the same shape and batch: whole ring\n"
+    "                           cycles, reported per step (see below); with --tokens T\n"
+    "                           each step takes T tokens and passes num_accepted\n"
+    "  --accept K               with --replay: num_accepted of every step after the\n"
+    "                           first (default T: all tokens kept); with T = 1 and no\n"
+    "                           --accept, num_accepted is absent (the step commits\n"
+    "                           the previous step's token)\n"
     "  --algorithm NAME         pin the plan's algorithm (update or Mamba-3 step):\n"
     "                           auto (default), cuda_simple, cuda_pipelined, cpu_rows\n"
     "  --threads K              CPU worker threads (default: all hardware threads)\n"
     "  --iters K                timed iterations per batch: calls on the CPU,\n"
-    "                           replays of a graph of calls on CUDA (default:\n"
-    "                           about 1 s of work per batch size)\n"
+    "                           replays of a graph of calls on CUDA, and for\n"
+    "                           --replay also the timed passes of whole cycles\n"
+    "                           (default: about 1 s of work per batch size)\n"
     "  --json FILE              also write every result as JSON to FILE\n"
     "  --help                   this text\n"
     "\n"
@@ -99,12 +111,32 @@ const char kUsage[] =
     "bandwidth = bytes / median time; copy = a copy of bytes/2 bytes (which moves\n"
     "the same number of bytes: each read once and written once), from cold memory:\n"
     "CUDA copies rotate through buffer pairs of at least 256 MiB in all, the CPU\n"
-    "sweeps its caches before each copy.\n"
+    "sweeps its caches before each copy. Ratios are to the faster copy.\n"
     "\n"
     "Calls rotate through disjoint random sets of slots of a state pool of at least\n"
     "4x the last-level cache (CPU) or 256 MiB (CUDA), with model-like random data.\n"
     "A configuration the library cannot plan (status printed) is skipped; the rows\n"
-    "measured before it are kept and the exit status stays 0.\n";
+    "measured before it are kept and the exit status stays 0.\n"
+    "\n"
+    "Replay (--replay L, T tokens per step, num_accepted K, default K = T):\n"
+    "  the slots' counters are zeroed and every set of slots takes one first step\n"
+    "  (num_accepted 0 where given); from then on a cycle of c = (L - T) / K + 1\n"
+    "  steps (L / T when K = T divides L) holds c - 1 append steps and one flush\n"
+    "  step, and leaves the counters as it found them. One timed pass runs one\n"
+    "  cycle on every set: step j of every set before step j + 1 of any, each\n"
+    "  step on fresh inputs (CUDA: the pass captured as one graph; one untimed\n"
+    "  pass first). us/step = pass time / (c * sets).\n"
+    "  Bytes of a step on Bt sequences whose commit leaves e ring entries to\n"
+    "  read (e = j*K at step j = 1..c of the cycle), entry = H*P*sizeof(in) +\n"
+    "  G*N*sizeof(in) + H[*P]*4 (x row, B rows, delta):\n"
+    "    checkpoint Bt*H*P*N*sizeof(state) [+ i16 scales Bt*H*P*4] read\n"
+    "    (and written again at the flush step), ring Bt*e*entry read,\n"
+    "    Bt*T*entry appended, x, z, out Bt*T*H*P*sizeof(in) each, B, C\n"
+    "    Bt*T*G*N*sizeof(in) each, dt Bt*T*H[*P]*4, A, D, dt_bias as above,\n"
+    "    src Bt*4, counters Bt*16 (two int32 read and written), num_accepted\n"
+    "    Bt*4 where given.\n"
+    "  floor = the cycle's mean step bytes / the copy ceiling of that many\n"
+    "  bytes (same run); floor / time is how close a step comes to it.\n";
 
 // ---------------------------------------------------------------------------
 // Options
@@ -119,6 +151,8 @@ struct Options {
   bool sr = false, sr_compare = false;
   bool mamba3 = false;
   int64_t rank = 4;
+  int64_t replay = 0;  // ring capacity L; 0: no replay
+  int64_t accept = 0;  // num_accepted of a replay step; 0: T
   ssu_algorithm_t algorithm = SSU_ALGORITHM_AUTO;
   int threads = 0;
   int iters = 0;  // 0: automatic
@@ -167,7 +201,7 @@ std::string shell_quote(const std::string& s) {
 Options parse_args(int argc, char** argv) {
   Options o;
   bool set_heads = false, set_dim = false, set_dstate = false, set_groups = false,
-       set_state = false, set_rank = false, set_tokens = false;
+       set_state = false, set_rank = false, set_tokens = false, set_accept = false;
   for (int i = 0; i < argc; ++i) {
     if (i) o.command_line += ' ';
     o.command_line += shell_quote(argv[i]);
@@ -231,6 +265,11 @@ Options parse_args(int argc, char** argv) {
       o.sr_compare = true;
     } else if (a == "--mamba3") {
       o.mamba3 = true;
+    } else if (a == "--replay") {
+      o.replay = parse_positive(a, value());
+    } else if (a == "--accept") {
+      o.accept = parse_positive(a, value());
+      set_accept = true;
     } else if (a == "--rank") {
       o.rank = parse_positive(a, value());
       set_rank = true;
@@ -251,6 +290,17 @@ Options parse_args(int argc, char** argv) {
     } else {
       usage_error("unknown option '" + a + "'");
     }
+  }
+  if (set_accept && !o.replay) usage_error("--accept applies to --replay only");
+  if (o.replay) {
+    if (o.mamba3) usage_error("--replay applies to the Mamba-1/2 update, not --mamba3");
+    if (o.sr_compare) usage_error("--replay and --sr-compare exclude each other");
+    if (o.tokens > o.replay)
+      usage_error("--tokens (" + std::to_string(o.tokens) + ") must be at most the ring (--replay " +
+                  std::to_string(o.replay) + ")");
+    if (set_accept && o.accept > o.tokens)
+      usage_error("--accept (" + std::to_string(o.accept) + ") must be at most --tokens (" +
+                  std::to_string(o.tokens) + ")");
   }
   if (o.mamba3) {
     if (o.mamba1) usage_error("--mamba3 and --mamba1 exclude each other");
@@ -433,7 +483,7 @@ Timed measure(BenchDevice* dev, const Op& op, size_t n, int iters, bool cuda) {
 
 // The copy ceiling for `bytes` bytes that must move: bytes/2 read and
 // bytes/2 written.
-double time_matched_copy(BenchDevice* dev, size_t bytes, int iters) {
+CopyTiming time_matched_copy(BenchDevice* dev, size_t bytes, int iters) {
   const size_t half = bytes / 2;
   Buffer src(dev, half), dst(dev, half);
   return dev->time_copy(dst.ptr, src.ptr, half, std::min(std::max(iters, 10), 200));
@@ -481,6 +531,45 @@ std::string algorithm_of(ssu_plan_t plan) {
   return "?";
 }
 
+// A fast generator (splitmix64) for data that reaches gigabytes on GPUs.
+class FastRng {
+ public:
+  explicit FastRng(Rng& rng) : s_(rng.gen()()) {}
+  // The sum of two uniforms in (-1, 1) from 24 bits each: sigma ~0.82.
+  float sum2() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    const uint64_t r = z ^ (z >> 31);
+    const float u0 = (float(uint32_t(r) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
+    const float u1 = (float(uint32_t(r >> 32) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
+    return u0 + u1;
+  }
+
+ private:
+  uint64_t s_;
+};
+
+// Fills `count` values of `dtype` (f32, bf16, f16) at the start of `buf`
+// with roughly normal values of standard deviation `sigma`, never zero.
+void fill_normalish(BenchDevice* dev, Buffer& buf, size_t count, ssu_dtype_t dtype, float sigma,
+                    Rng& rng) {
+  const size_t chunk = size_t{4} << 20;  // values per upload
+  const float scale = sigma / 0.8165f;
+  FastRng fr(rng);
+  std::vector<float> v;
+  for (size_t i0 = 0; i0 < count; i0 += chunk) {
+    const size_t n = std::min(chunk, count - i0);
+    v.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float x = scale * fr.sum2();
+      v[i] = x != 0.0f ? x : 0.25f * sigma;
+    }
+    const auto bytes = encode(v, dtype);
+    dev->upload(buf.at(i0 * ssu_dtype_size(dtype)), bytes.data(), bytes.size());
+  }
+}
+
 // Fills `rows` state rows of N elements with values spread like a trained
 // state (roughly N(0, 0.5) as the sum of two uniforms, never zero), with a
 // fast generator: pools reach gigabytes on GPUs. An i16 pool gets each row
@@ -488,23 +577,13 @@ std::string algorithm_of(ssu_plan_t plan) {
 void fill_state(BenchDevice* dev, Buffer& buf, Buffer* scale, size_t rows, size_t N,
                 ssu_dtype_t dtype, Rng& rng) {
   const size_t chunk_rows = std::max<size_t>(1, (size_t{4} << 20) / N);  // per upload
-  uint64_t sm = rng.gen()();
-  auto next = [&sm]() {  // splitmix64
-    uint64_t z = (sm += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
+  FastRng fr(rng);
   std::vector<float> v;
   for (size_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const size_t nr = std::min(chunk_rows, rows - r0), n = nr * N;
     v.resize(n);
     for (size_t i = 0; i < n; ++i) {
-      const uint64_t r = next();
-      // Two uniforms in (-1, 1) from 24 bits each; their sum has sigma ~0.82.
-      const float u0 = (float(uint32_t(r) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
-      const float u1 = (float(uint32_t(r >> 32) >> 8) + 0.5f) * (1.0f / 8388608.0f) - 1.0f;
-      const float x = 0.6f * (u0 + u1);
+      const float x = 0.6f * fr.sum2();
       v[i] = x != 0.0f ? x : 0.25f;
     }
     if (dtype == SSU_DTYPE_I16) {
@@ -586,10 +665,16 @@ struct Row {
   int64_t sets;
   double pool_mib;
   int iters;
-  double time_s, host_s, copy_s;
+  double time_s, host_s;
+  CopyTiming copy;  // the copy ceiling of `bytes`
   double alt_s = 0, alt_host_s = 0;
   double gbps() const { return bytes / time_s / 1e9; }
-  double copy_gbps() const { return (bytes / 2 * 2) / copy_s / 1e9; }
+  // Copies of bytes/2 bytes move bytes/2*2 bytes.
+  static double rate(size_t bytes, double s) { return s > 0 ? double(bytes / 2 * 2) / s / 1e9 : 0; }
+  double copy_gbps() const { return rate(bytes, copy.best_s); }
+  double memcpy_gbps() const { return rate(bytes, copy.memcpy_s); }
+  double kernel_gbps() const { return rate(bytes, copy.kernel_s); }
+  double read_gbps() const { return rate(bytes, copy.read_s); }
   double ratio() const { return gbps() / copy_gbps(); }
   double alt_gbps() const { return bytes / alt_s / 1e9; }
 };
@@ -600,6 +685,7 @@ struct Problem {
   ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
   Buffer state, scale, seed, x, z, out, B, C, dt, A, D, dt_bias, index;
   std::vector<ssu_update_args_t> calls;
+  std::vector<int32_t> index_host;  // the slots of set k: index_host[k*Bt .. (k+1)*Bt)
   int64_t slots = 0, sets = 0;
 };
 
@@ -647,7 +733,7 @@ void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, si
   pr.dt_bias = upload_floats(dev, rng.uniforms(size_t(H * dtP), -4.0f, -3.0f), Shape::param_dtype);
 
   // A random permutation of the pool split into disjoint sets of Bt slots.
-  pr.index = random_slots(dev, S, rng, nullptr);
+  pr.index = random_slots(dev, S, rng, &pr.index_host);
 
   const size_t is = ssu_dtype_size(s.input_dtype), ps = ssu_dtype_size(Shape::param_dtype);
   pr.calls.clear();
@@ -840,12 +926,15 @@ std::string utc_now() {
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
+  va_list ap, again;
   va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
   va_end(ap);
-  return buf;
+  std::string out(n > 0 ? size_t(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(&out[0], size_t(n) + 1, fmt, again);
+  va_end(again);
+  return out;
 }
 
 const char* rounding_name(const Options& o) {
@@ -875,8 +964,10 @@ std::string config_text(const M3Shape& s) {
 // What every mode writes: the run's identity, its configuration (a JSON
 // object), the bytes formula and one JSON object per row.
 struct Report {
-  std::string mode;  // "update", "sr_compare", "mamba3_step"
-  std::string device, backend, algorithm = "?", date;
+  std::string mode;  // "update", "sr_compare", "mamba3_step", "replay"
+  std::string device, driver, backend, algorithm = "?", date;
+  std::string replay_algorithm;  // replay mode: the replay plan's algorithm
+  std::string replay_skipped;    // replay mode: why replay was not timed
   std::string config_json, bytes_formula;
   std::vector<std::string> rows;
   std::string skipped;  // why the configuration was skipped, if it was
@@ -897,8 +988,11 @@ void write_json(const std::string& path, const Options& o, const Report& r) {
   std::fprintf(f, "  \"tool\": \"ssu-bench\",\n");
   std::fprintf(f, "  \"libssu_version\": \"%s\",\n", json_escape(ssu_version_string()).c_str());
   std::fprintf(f, "  \"device\": \"%s\",\n", json_escape(r.device).c_str());
+  std::fprintf(f, "  \"driver\": \"%s\",\n", json_escape(r.driver).c_str());
   std::fprintf(f, "  \"backend\": \"%s\",\n", r.backend.c_str());
   std::fprintf(f, "  \"algorithm\": \"%s\",\n", json_escape(r.algorithm).c_str());
+  if (!r.replay_algorithm.empty())
+    std::fprintf(f, "  \"replay_algorithm\": \"%s\",\n", json_escape(r.replay_algorithm).c_str());
   std::fprintf(f, "  \"date\": \"%s\",\n", r.date.c_str());
   std::fprintf(f, "  \"command\": \"%s\",\n", json_escape(o.command_line).c_str());
   std::fprintf(f, "  \"mode\": \"%s\",\n", r.mode.c_str());
@@ -911,6 +1005,8 @@ void write_json(const std::string& path, const Options& o, const Report& r) {
                  r.launch_floor_us, r.launch_param_bytes, r.launch_small_us);
   if (!r.skipped.empty())
     std::fprintf(f, "  \"skipped\": \"%s\",\n", json_escape(r.skipped).c_str());
+  if (!r.replay_skipped.empty())
+    std::fprintf(f, "  \"replay_skipped\": \"%s\",\n", json_escape(r.replay_skipped).c_str());
   if (!r.error.empty())
     std::fprintf(f, "  \"error\": \"%s\",\n", json_escape(r.error).c_str());
   std::fprintf(f, "  \"rows\": [\n");
@@ -923,21 +1019,40 @@ void write_json(const std::string& path, const Options& o, const Report& r) {
   }
 }
 
+// A rate for JSON: null where it was not measured.
+std::string json_rate(double gbps) { return gbps > 0 ? format("%.3f", gbps) : "null"; }
+
+// The copy ceiling's fields of a row (bytes: the bytes it moves), with a
+// leading ", " and the given prefix on every name.
+std::string json_copy(const char* prefix, size_t bytes, const CopyTiming& c) {
+  return format(", \"%scopy_gbps\": %s, \"%smemcpy_gbps\": %s, \"%scopy_kernel_gbps\": %s, "
+                "\"%sread_gbps\": %s, \"%scopy_winner\": \"%s\"",
+                prefix, json_rate(Row::rate(bytes, c.best_s)).c_str(), prefix,
+                json_rate(Row::rate(bytes, c.memcpy_s)).c_str(), prefix,
+                json_rate(Row::rate(bytes, c.kernel_s)).c_str(), prefix,
+                json_rate(Row::rate(bytes, c.read_s)).c_str(), prefix,
+                json_escape(c.winner).c_str());
+}
+
 // The fields every row has, without the closing brace.
 std::string json_row_common(const Row& r) {
   return format("{\"batch\": %lld, \"bytes\": %zu, \"time_us\": %.3f, \"gbps\": %.3f, "
-                "\"copy_gbps\": %.3f, \"ratio_to_copy\": %.4f, \"host_us\": %.3f, "
+                "\"ratio_to_copy\": %.4f, \"host_us\": %.3f, "
                 "\"pool_slots\": %lld, \"pool_mib\": %.1f, \"rotated_calls\": %lld, "
                 "\"iters\": %d",
-                (long long)r.batch, r.bytes, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio(),
-                r.host_s * 1e6, (long long)r.slots, r.pool_mib, (long long)r.sets, r.iters);
+                (long long)r.batch, r.bytes, r.time_s * 1e6, r.gbps(), r.ratio(),
+                r.host_s * 1e6, (long long)r.slots, r.pool_mib, (long long)r.sets, r.iters) +
+         json_copy("", r.bytes, r.copy);
 }
 
 void print_header(const Report& rep, double best_copy, bool cuda, const std::string& config) {
-  std::printf("\nssu-bench %s | %s backend | device: %s | algorithm: %s\n", ssu_version_string(),
-              rep.backend.c_str(), rep.device.c_str(), rep.algorithm.c_str());
+  std::printf("\nssu-bench %s | %s backend | device: %s%s%s | algorithm: %s\n",
+              ssu_version_string(), rep.backend.c_str(), rep.device.c_str(),
+              rep.driver.empty() ? "" : ", ", rep.driver.c_str(), rep.algorithm.c_str());
   std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
-              cuda ? "device-to-device copy (rotated over 256 MiB)" : "best of 1-thread and multi-thread memcpy",
+              cuda ? "the faster of a graph-captured device-to-device memcpy and a 16-byte "
+                     "vectorized copy kernel (each rotated over 256 MiB)"
+                   : "best of 1-thread and multi-thread memcpy",
               best_copy);
   if (rep.launch_param_bytes)
     std::printf("launch floor: %.2f us of host time per cuLaunchKernel of an empty kernel with a "
@@ -945,6 +1060,32 @@ void print_header(const Report& rep, double best_copy, bool cuda, const std::str
                 "8-byte one, measured as the host time column is\n",
                 rep.launch_floor_us, rep.launch_param_bytes, rep.launch_small_us);
   std::printf("config: %s\n\n", config.c_str());
+}
+
+// The copy ceiling of each row on CUDA: both copies, which won, and the
+// read-only stream of the same bytes.
+struct CeilingRow {
+  int64_t batch;
+  size_t bytes;
+  CopyTiming copy;
+};
+
+void print_ceiling(const std::vector<CeilingRow>& rows, bool cuda) {
+  if (!cuda || rows.empty()) return;
+  std::printf("\ncopy ceiling per row (the row's bytes, this run): ratios are to the faster copy\n\n");
+  std::printf("| batch | MiB moved | memcpy GB/s | copy kernel GB/s | faster | read-only stream GB/s |\n");
+  std::printf("|------:|----------:|------------:|-----------------:|:-------|----------------------:|\n");
+  for (const CeilingRow& r : rows)
+    std::printf("| %lld | %.2f | %.2f | %.2f | %s | %.2f |\n", (long long)r.batch,
+                double(r.bytes) / double(kMiB), Row::rate(r.bytes, r.copy.memcpy_s),
+                Row::rate(r.bytes, r.copy.kernel_s), r.copy.winner.c_str(),
+                Row::rate(r.bytes, r.copy.read_s));
+}
+
+std::vector<CeilingRow> ceiling_rows(const std::vector<Row>& rows) {
+  std::vector<CeilingRow> c;
+  for (const Row& r : rows) c.push_back({r.batch, r.bytes, r.copy});
+  return c;
 }
 
 // ---------------------------------------------------------------------------
@@ -1019,7 +1160,7 @@ void run_update(const Options& o, const Env& env, Report& rep) {
     r.time_s = t.time_s;
     r.host_s = t.host_s;
     r.iters = t.iters;
-    r.copy_s = time_matched_copy(env.dev, r.bytes, t.iters);
+    r.copy = time_matched_copy(env.dev, r.bytes, t.iters);
     if (compare)
       std::fprintf(stderr,
                    "  batch %5lld: RN %10.1f us  SR %10.1f us  (SR overhead %+.1f%%, SR %.2fx "
@@ -1027,8 +1168,9 @@ void run_update(const Options& o, const Env& env, Report& rep) {
                    (long long)Bt, r.alt_s * 1e6, r.time_s * 1e6, (r.time_s / r.alt_s - 1) * 100,
                    r.ratio());
     else
-      std::fprintf(stderr, "  batch %5lld: %10.1f us  %8.2f GB/s  (copy %8.2f GB/s, %.2fx)\n",
-                   (long long)Bt, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio());
+      std::fprintf(stderr, "  batch %5lld: %10.1f us  %8.2f GB/s  (copy %8.2f GB/s, %.2fx; %s)\n",
+                   (long long)Bt, r.time_s * 1e6, r.gbps(), r.copy_gbps(), r.ratio(),
+                   r.copy.winner.c_str());
     rows.push_back(r);
     std::string j = json_row_common(r);
     if (compare)
@@ -1064,6 +1206,7 @@ void run_update(const Options& o, const Env& env, Report& rep) {
                   double(r.bytes) / double(kMiB), r.time_s * 1e6, r.gbps(), r.copy_gbps(),
                   r.ratio(), r.host_s * 1e6);
   }
+  print_ceiling(ceiling_rows(rows), env.cuda);
 }
 
 // The Mamba-3 sweep: the step on the pools through src/dst slots, and the
@@ -1127,7 +1270,7 @@ void run_mamba3(const Options& o, const Env& env, Report& rep) {
     const Timed g = measure(env.dev, gathered, pr.calls.size(), o.iters, env.cuda);
     r.alt_s = g.time_s;
     r.alt_host_s = g.host_s;
-    r.copy_s = time_matched_copy(env.dev, r.bytes, t.iters);
+    r.copy = time_matched_copy(env.dev, r.bytes, t.iters);
     std::fprintf(stderr,
                  "  batch %5lld: %10.1f us  %8.2f GB/s  (copy %8.2f GB/s, %.2fx); gather path "
                  "%10.1f us (%.2fx the time)\n",
@@ -1158,6 +1301,425 @@ void run_mamba3(const Options& o, const Env& env, Report& rep) {
     std::printf("| %lld | %.2f | %.1f | %.2f | %.2f | %.3f | %.1f | %.2f | %.1f |\n",
                 (long long)r.batch, double(r.bytes) / double(kMiB), r.time_s * 1e6, r.gbps(),
                 r.copy_gbps(), r.ratio(), r.alt_s * 1e6, r.alt_s / r.time_s, r.host_s * 1e6);
+  print_ceiling(ceiling_rows(rows), env.cuda);
+}
+
+// ---------------------------------------------------------------------------
+// Checkpointed (replay) decode
+
+// The most replay calls one timed pass (a cycle of every set) may hold, so
+// that its CUDA graph stays quick to instantiate; sets beyond are not used.
+constexpr int64_t kMaxReplayCalls = 4096;
+
+struct ReplayCfg {
+  int64_t L, T, K;  // ring capacity, tokens per step, num_accepted of a step
+  bool accepted;    // num_accepted passed (else each step commits pending)
+  // Steps per cycle: after a commit the ring holds j*K entries at step j,
+  // and step j flushes once j*K + T > L.
+  int64_t cycle() const { return (L - T) / K + 1; }
+};
+
+// Bytes that must move for a replay step on Bt sequences whose commit leaves
+// `e` ring entries to read; `flush`: the step also stores the checkpoint.
+size_t replay_step_bytes(const Shape& s, const ReplayCfg& c, int64_t Bt, int64_t e, bool flush) {
+  const int64_t H = s.H, P = s.P, N = s.N, G = s.G, T = s.T, dtP = s.per_channel ? P : 1;
+  const size_t is = ssu_dtype_size(s.input_dtype), ps = ssu_dtype_size(Shape::param_dtype);
+  const size_t entry = size_t(H * P) * is + size_t(G * N) * is + size_t(H * dtP) * ps;
+  size_t b = size_t(Bt) * s.slot_bytes() * (flush ? 2 : 1);  // checkpoint (+ scales)
+  b += size_t(Bt * e) * entry;                                // ring entries read
+  b += size_t(Bt * T) * entry;                                // ring entries appended
+  b += 3 * size_t(Bt * T * H * P) * is;                       // x, z, out
+  b += 2 * size_t(Bt * T * G * N) * is;                       // B, C
+  b += size_t(Bt * T * H * dtP) * ps;                         // dt
+  b += size_t(H * (s.per_channel ? P * N : 1)) * ps;          // A
+  b += 2 * size_t(H * dtP) * ps;                              // D, dt_bias
+  b += size_t(Bt) * ssu_dtype_size(Shape::index_dtype);       // src slot index
+  b += size_t(Bt) * 4 * 4;                                    // counters read and written
+  if (c.accepted) b += size_t(Bt) * 4;                        // num_accepted
+  return b;
+}
+
+struct ReplayBytes {
+  double mean = 0;         // over the cycle
+  double append_mean = 0;  // over its append steps (0 when every step flushes)
+  size_t flush = 0;        // the flush step
+};
+
+ReplayBytes replay_bytes(const Shape& s, const ReplayCfg& c, int64_t Bt) {
+  ReplayBytes r;
+  const int64_t n = c.cycle();
+  double appends = 0;
+  for (int64_t j = 1; j < n; ++j) appends += double(replay_step_bytes(s, c, Bt, j * c.K, false));
+  r.flush = replay_step_bytes(s, c, Bt, n * c.K, true);
+  r.mean = (appends + double(r.flush)) / double(n);
+  r.append_mean = n > 1 ? appends / double(n - 1) : 0;
+  return r;
+}
+
+// The rings of a pool and the calls of one cycle on each of `sets` sets of
+// slots of that pool (the sets of the plain update's Problem), each step on
+// fresh inputs.
+struct ReplayProblem {
+  ssu_replay_ring_t ring = SSU_REPLAY_RING_INIT;
+  Buffer rx, rB, rdt, committed, pending, accepted, accepted0, error_word;
+  Buffer x, z, B, C, dt, out;
+  std::vector<ssu_replay_args_t> calls;  // calls[j * sets + k]: step j of set k's cycle
+  std::vector<ssu_replay_args_t> first;  // first[k]: set k's first step
+  int64_t sets = 0, steps = 0;
+  size_t ring_bytes = 0;
+};
+
+void build_replay(ReplayProblem& rp, BenchDevice* dev, const Shape& s, const ReplayCfg& c,
+                  const Problem& pr, int64_t Bt, bool cuda, Rng& rng) {
+  const int64_t H = s.H, P = s.P, N = s.N, G = s.G, T = s.T, L = c.L, S = pr.slots;
+  const int64_t dtP = s.per_channel ? P : 1;
+  const bool multi = T > 1;
+  const ssu_dtype_t in = s.input_dtype, pd = Shape::param_dtype;
+  const size_t is = ssu_dtype_size(in), ps = ssu_dtype_size(pd);
+  rp.steps = c.cycle();
+  rp.sets = std::min(pr.sets, std::max<int64_t>(2, kMaxReplayCalls / rp.steps));
+
+  rp.rx = Buffer(dev, size_t(S * L * H * P) * is);
+  rp.rB = Buffer(dev, size_t(S * L * G * N) * is);
+  rp.rdt = Buffer(dev, size_t(S * L * H * dtP) * ps);
+  rp.committed = Buffer(dev, size_t(S) * sizeof(int32_t));
+  rp.pending = Buffer(dev, size_t(S) * sizeof(int32_t));
+  rp.ring_bytes = rp.rx.bytes + rp.rB.bytes + rp.rdt.bytes + rp.committed.bytes + rp.pending.bytes;
+  rp.ring.x = dense(rp.rx.ptr, in, {S, L, H, P});
+  rp.ring.B = dense(rp.rB.ptr, in, {S, L, G, N});
+  rp.ring.dt = s.per_channel ? dense(rp.rdt.ptr, pd, {S, L, H, P}) : dense(rp.rdt.ptr, pd, {S, L, H});
+  rp.ring.committed = dense(rp.committed.ptr, SSU_DTYPE_I32, {S});
+  rp.ring.pending = dense(rp.pending.ptr, SSU_DTYPE_I32, {S});
+
+  // Sequence rows of every (step, set), T tokens each.
+  const int64_t rows = rp.steps * rp.sets * Bt;
+  auto inputs = [&](Buffer& b, int64_t per_row, ssu_dtype_t dtype, float sigma) {
+    const size_t count = size_t(rows * T * per_row);
+    b = Buffer(dev, count * ssu_dtype_size(dtype));
+    if (sigma > 0) fill_normalish(dev, b, count, dtype, sigma, rng);
+  };
+  inputs(rp.x, H * P, in, 1.0f);
+  inputs(rp.z, H * P, in, 1.0f);
+  inputs(rp.B, G * N, in, 1.0f);
+  inputs(rp.C, G * N, in, 1.0f);
+  inputs(rp.dt, H * dtP, pd, 0.5f);  // raw dt before bias and softplus, as the update's
+  inputs(rp.out, H * P, in, 0.0f);   // written by every call
+
+  const std::vector<int32_t> keep(size_t(Bt), int32_t(c.K)), none(size_t(Bt), 0);
+  rp.accepted = Buffer(dev, keep.size() * sizeof(int32_t));
+  dev->upload(rp.accepted.ptr, keep.data(), keep.size() * sizeof(int32_t));
+  rp.accepted0 = Buffer(dev, none.size() * sizeof(int32_t));
+  dev->upload(rp.accepted0.ptr, none.data(), none.size() * sizeof(int32_t));
+  if (cuda) rp.error_word = Buffer(dev, sizeof(uint32_t));
+
+  rp.calls.clear();
+  rp.first.clear();
+  for (int64_t j = 0; j < rp.steps; ++j) {
+    for (int64_t k = 0; k < rp.sets; ++k) {
+      const ssu_update_args_t& u = pr.calls[size_t(k)];
+      const size_t r0 = size_t((j * rp.sets + k) * Bt);  // first sequence row of the call
+      ssu_replay_args_t a = SSU_REPLAY_ARGS_INIT;
+      a.flags = SSU_UPDATE_DT_SOFTPLUS;
+      a.pool = &pr.pool;
+      a.ring = &rp.ring;
+      const size_t xo = r0 * size_t(T * H * P) * is, bo = r0 * size_t(T * G * N) * is;
+      void* dtp = rp.dt.at(r0 * size_t(T * H * dtP) * ps);
+      if (multi) {
+        a.x = dense(rp.x.at(xo), in, {Bt, T, H, P});
+        a.z = dense(rp.z.at(xo), in, {Bt, T, H, P});
+        a.out = dense(rp.out.at(xo), in, {Bt, T, H, P});
+        a.B = dense(rp.B.at(bo), in, {Bt, T, G, N});
+        a.C = dense(rp.C.at(bo), in, {Bt, T, G, N});
+        a.dt = s.per_channel ? dense(dtp, pd, {Bt, T, H, P}) : dense(dtp, pd, {Bt, T, H});
+      } else {
+        a.x = dense(rp.x.at(xo), in, {Bt, H, P});
+        a.z = dense(rp.z.at(xo), in, {Bt, H, P});
+        a.out = dense(rp.out.at(xo), in, {Bt, H, P});
+        a.B = dense(rp.B.at(bo), in, {Bt, G, N});
+        a.C = dense(rp.C.at(bo), in, {Bt, G, N});
+        a.dt = s.per_channel ? dense(dtp, pd, {Bt, H, P}) : dense(dtp, pd, {Bt, H});
+      }
+      a.A = u.A;
+      a.D = u.D;
+      a.dt_bias = u.dt_bias;
+      a.src_index = u.src_index;
+      a.rounding_seed = u.rounding_seed;
+      if (c.accepted) a.num_accepted = dense(rp.accepted.ptr, SSU_DTYPE_I32, {Bt});
+      if (cuda) a.error_word = static_cast<uint32_t*>(rp.error_word.ptr);
+      rp.calls.push_back(a);
+      if (j == 0) {
+        // A fresh slot has nothing pending: its first step keeps 0 tokens.
+        if (c.accepted) a.num_accepted = dense(rp.accepted0.ptr, SSU_DTYPE_I32, {Bt});
+        rp.first.push_back(a);
+      }
+    }
+  }
+}
+
+// Zeroes every slot's counters (and the error word): all slots fresh.
+void reset_counters(BenchDevice* dev, ReplayProblem& rp) {
+  const std::vector<int32_t> zeros(rp.committed.bytes / sizeof(int32_t), 0);
+  dev->upload(rp.committed.ptr, zeros.data(), rp.committed.bytes);
+  dev->upload(rp.pending.ptr, zeros.data(), rp.pending.bytes);
+  if (rp.error_word.ptr) {
+    const uint32_t w = 0;
+    dev->upload(rp.error_word.ptr, &w, sizeof w);
+  }
+}
+
+// After the first steps and whole cycles, every slot of the sets used is
+// back where its first step left it (committed 0, pending T: each cycle
+// ends with its flush step) and every other slot is still fresh. Returns ""
+// when so, else what differs.
+std::string check_counters(BenchDevice* dev, const ReplayProblem& rp, const Problem& pr,
+                           int64_t Bt, int64_t T) {
+  std::vector<int32_t> committed(rp.committed.bytes / sizeof(int32_t)),
+      pending(rp.pending.bytes / sizeof(int32_t));
+  dev->download(committed.data(), rp.committed.ptr, rp.committed.bytes);
+  dev->download(pending.data(), rp.pending.ptr, rp.pending.bytes);
+  std::vector<char> used(committed.size(), 0);
+  for (size_t i = 0; i < size_t(rp.sets * Bt); ++i) used[size_t(pr.index_host[i])] = 1;
+  for (size_t s = 0; s < committed.size(); ++s) {
+    const int32_t want_p = used[s] ? int32_t(T) : 0;
+    if (committed[s] != 0 || pending[s] != want_p)
+      return format("slot %zu has committed %d, pending %d after whole cycles (expected 0, %d)", s,
+                    committed[s], pending[s], want_p);
+  }
+  if (rp.error_word.ptr) {
+    uint32_t w = 0;
+    dev->download(&w, rp.error_word.ptr, sizeof w);
+    if (w != 0) return format("the error word reads 0x%x", w);
+  }
+  return "";
+}
+
+// One batch size of the replay mode: the plain update and, unless replay
+// was skipped, the replay cycle.
+struct ReplayRow {
+  Row plain{};         // the plain update (bytes, time, copy ceiling)
+  bool timed = false;  // replay measured
+  double time_s = 0, host_s = 0;  // per replay step (host: per execute call, CUDA)
+  ReplayBytes bytes;
+  CopyTiming copy;     // the ceiling of the mean step's bytes
+  int iters = 0;
+  int64_t sets = 0, steps = 0;
+  double ring_mib = 0;
+  std::string error, check;  // replay failure; counter check ("" = fine)
+  size_t mean_bytes() const { return size_t(bytes.mean + 0.5); }
+  double gbps() const { return bytes.mean / time_s / 1e9; }
+  double copy_gbps() const { return Row::rate(mean_bytes(), copy.best_s); }
+  double floor_s() const { return bytes.mean / (copy_gbps() * 1e9); }
+};
+
+// Times the replay cycle of one batch size into `r`. Returns false, with
+// rep.replay_skipped set, when the library cannot plan replay here.
+bool time_replay(const Options& o, const Env& env, const Shape& shape, const ReplayCfg& rc,
+                 const Problem& pr, int64_t Bt, Rng& rng, ReplayRow& r, Report& rep) {
+  ReplayProblem rp;
+  build_replay(rp, env.dev, shape, rc, pr, Bt, env.cuda, rng);
+  r.sets = rp.sets;
+  r.steps = rp.steps;
+  r.ring_mib = double(rp.ring_bytes) / double(kMiB);
+
+  ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+  ssu_plan_t p = nullptr;
+  const ssu_status_t st = ssu_plan_create_replay(env.ctx, &rp.calls[0], &po, &p);
+  if (st != SSU_SUCCESS) {
+    rep.replay_skipped = std::string("ssu_plan_create_replay: ") + ssu_status_string(st) + ": " +
+                         ssu_last_error_message();
+    std::fprintf(stderr, "ssu-bench: replay not timed: %s\n", rep.replay_skipped.c_str());
+    return false;
+  }
+  PlanGuard plan(p);
+  rep.replay_algorithm = algorithm_of(p);
+
+  const Op first = [&](size_t k, ssu_stream_t s) {
+    BenchDevice::check(ssu_plan_execute_replay(p, &rp.first[k], s), "ssu_plan_execute_replay");
+  };
+  const Op cycle = [&](size_t i, ssu_stream_t s) {
+    BenchDevice::check(ssu_plan_execute_replay(p, &rp.calls[i], s), "ssu_plan_execute_replay");
+  };
+  const size_t n = rp.calls.size();
+  // Fresh slots, each set's first step, then whole cycles only.
+  reset_counters(env.dev, rp);
+  env.dev->run_ops(first, rp.first.size());
+  int iters = o.iters;
+  if (iters == 0) {
+    const double pass = std::max(env.dev->time_sequence(cycle, n, 1) * double(n), 1e-9);
+    iters = env.cuda ? static_cast<int>(std::min(200.0, std::max(10.0, 1.0 / pass)))
+                     : static_cast<int>(std::min(100.0, std::max(3.0, 1.0 / pass)));
+  }
+  r.time_s = env.dev->time_sequence(cycle, n, iters);
+  r.iters = iters;
+  r.check = check_counters(env.dev, rp, pr, Bt, shape.T);
+  if (!r.check.empty())
+    std::fprintf(stderr, "ssu-bench: batch %lld: replay counters: %s\n", (long long)Bt,
+                 r.check.c_str());
+  // The host time of an execute call (CUDA; the CPU's calls are synchronous).
+  if (env.cuda) r.host_s = env.dev->host_time_ops(cycle, n, static_cast<int>(std::min<size_t>(n, 200)));
+  r.bytes = replay_bytes(shape, rc, Bt);
+  r.copy = time_matched_copy(env.dev, r.mean_bytes(), iters);
+  r.timed = true;
+  return true;
+}
+
+std::string replay_cfg_text(const ReplayCfg& c) {
+  return format("replay ring L=%lld, T=%lld token%s per step, num_accepted %s; cycle = %lld "
+                "step%s (%lld append + 1 flush)",
+                (long long)c.L, (long long)c.T, c.T > 1 ? "s" : "",
+                c.accepted ? format("%lld (the first step 0)", (long long)c.K).c_str()
+                           : "absent (a step commits the previous one's token)",
+                (long long)c.cycle(), c.cycle() > 1 ? "s" : "", (long long)c.cycle() - 1);
+}
+
+// The replay sweep: per batch, the plain update and a replay cycle of the
+// same shape on the same pool, per step, against the floor of the step's
+// bytes.
+void run_replay(const Options& o, const Env& env, Report& rep) {
+  const Shape shape{o.heads, o.dim, o.dstate, o.groups, o.tokens, o.mamba1,
+                    o.state_dtype, o.input_dtype};
+  const ReplayCfg rc{o.replay, o.tokens, o.accept ? o.accept : o.tokens,
+                     o.accept != 0 || o.tokens > 1};
+  rep.mode = "replay";
+  const std::string cfg = config_text(o, shape) + "; " + replay_cfg_text(rc);
+  std::fprintf(stderr, "ssu-bench: %s\n", cfg.c_str());
+  rep.config_json = format(
+      "{\"op\": \"replay\", \"heads\": %lld, \"dim\": %lld, \"dstate\": %lld, \"groups\": %lld, "
+      "\"tokens\": %lld, \"form\": \"%s\", \"mamba1\": %s, \"state_dtype\": \"%s\", "
+      "\"state_scale\": %s, \"rounding\": \"%s\", "
+      "\"input_dtype\": \"%s\", \"param_dtype\": \"f32\", \"param_layout\": \"%s\", "
+      "\"dt_softplus\": true, \"z\": true, \"D\": true, \"dt_bias\": true, "
+      "\"index_dtype\": \"i32\", \"threads\": %d, \"ring_len\": %lld, \"num_accepted\": %s, "
+      "\"cycle_steps\": %lld, \"ring_dt_dtype\": \"f32\"}",
+      (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.G,
+      (long long)shape.T, shape.T > 1 ? "multi_token" : "single_token",
+      o.mamba1 ? "true" : "false", ssu_dtype_name(shape.state_dtype),
+      shape.state_dtype == SSU_DTYPE_I16 ? "true" : "false", rounding_name(o),
+      ssu_dtype_name(shape.input_dtype), shape.per_channel ? "per_channel" : "per_head",
+      o.threads, (long long)rc.L,
+      rc.accepted ? std::to_string(rc.K).c_str() : "null", (long long)rc.cycle());
+  rep.bytes_formula =
+      "replay step with e ring entries read (e = j*K at step j = 1..c): checkpoint "
+      "Bt*H*P*N*sizeof(state) [+ i16 scales Bt*H*P*4] read (and written at the flush step) + "
+      "ring Bt*e*entry read + Bt*T*entry appended (entry = H*P*sizeof(in) + G*N*sizeof(in) + "
+      "H[*P]*4) + x,z,out Bt*T*H*P*sizeof(in) each + B,C Bt*T*G*N*sizeof(in) each + dt "
+      "Bt*T*H[*P]*4 + A H[*P*N]*4 + D,dt_bias H[*P]*4 each + src Bt*4 + counters Bt*16 [+ "
+      "num_accepted Bt*4]; step_bytes_mean over the cycle; plain: the update's bytes";
+
+  std::vector<ReplayRow> rows;
+  Rng rng(0x77u);
+  for (int64_t Bt : env.batches) try {
+    Problem pr;
+    build_problem(pr, env.dev, shape, Bt, env.pool_target, o.sr, rng);
+    PlanGuard plan(create_update_plan(env.ctx, pr.calls[0], o.algorithm, &rep.skipped));
+    if (!plan.plan) break;
+    rep.algorithm = algorithm_of(plan.plan);
+
+    ReplayRow r;
+    Row& u = r.plain;
+    u.batch = Bt;
+    u.bytes = shape.bytes(Bt);
+    u.slots = pr.slots;
+    u.sets = pr.sets;
+    u.pool_mib = double(pr.slots) * double(shape.slot_bytes()) / double(kMiB);
+    const Timed t = measure(env.dev, BenchDevice::update_op(plan.plan, pr.calls),
+                            pr.calls.size(), o.iters, env.cuda);
+    u.time_s = t.time_s;
+    u.host_s = t.host_s;
+    u.iters = t.iters;
+    u.copy = time_matched_copy(env.dev, u.bytes, t.iters);
+
+    if (rep.replay_skipped.empty()) {
+      try {
+        time_replay(o, env, shape, rc, pr, Bt, rng, r, rep);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+        std::fprintf(stderr, "ssu-bench: batch %lld: replay failed: %s\n", (long long)Bt, e.what());
+      }
+    }
+    if (r.timed)
+      std::fprintf(stderr,
+                   "  batch %5lld: replay %9.1f us/step  plain %9.1f us/step  (%.2fx)  floor "
+                   "%8.1f us (%.2f of it)\n",
+                   (long long)Bt, r.time_s * 1e6, u.time_s * 1e6, u.time_s / r.time_s,
+                   r.floor_s() * 1e6, r.floor_s() / r.time_s);
+    else
+      std::fprintf(stderr, "  batch %5lld: plain %9.1f us/step (replay not timed)\n",
+                   (long long)Bt, u.time_s * 1e6);
+
+    std::string j = format("{\"batch\": %lld, \"ring_len\": %lld, \"tokens\": %lld, "
+                           "\"num_accepted\": %s, \"cycle_steps\": %lld",
+                           (long long)Bt, (long long)rc.L, (long long)rc.T,
+                           rc.accepted ? std::to_string(rc.K).c_str() : "null",
+                           (long long)rc.cycle());
+    if (r.timed) {
+      j += format(", \"time_us\": %.3f, \"host_us\": %s, \"step_bytes_mean\": %.1f, "
+                  "\"append_step_bytes_mean\": %.1f, \"flush_step_bytes\": %zu, \"gbps\": %.3f, "
+                  "\"floor_us\": %.3f, \"floor_over_time\": %.4f, \"speedup_vs_plain\": %.4f, "
+                  "\"replay_sets\": %lld, \"calls_per_pass\": %lld, \"ring_mib\": %.1f, "
+                  "\"iters\": %d, \"counters_ok\": %s",
+                  r.time_s * 1e6, env.cuda ? format("%.3f", r.host_s * 1e6).c_str() : "null",
+                  r.bytes.mean, r.bytes.append_mean, r.bytes.flush, r.gbps(), r.floor_s() * 1e6,
+                  r.floor_s() / r.time_s, u.time_s / r.time_s, (long long)r.sets,
+                  (long long)(r.sets * r.steps), r.ring_mib, r.iters,
+                  r.check.empty() ? "true" : "false");
+      j += json_copy("", r.mean_bytes(), r.copy);
+      if (!r.check.empty()) j += format(", \"counters_error\": \"%s\"", json_escape(r.check).c_str());
+    } else {
+      j += ", \"time_us\": null";
+      if (!r.error.empty()) j += format(", \"replay_error\": \"%s\"", json_escape(r.error).c_str());
+    }
+    j += format(", \"plain_time_us\": %.3f, \"plain_host_us\": %.3f, \"plain_bytes\": %zu, "
+                "\"plain_gbps\": %.3f, \"plain_ratio_to_copy\": %.4f, \"plain_iters\": %d, "
+                "\"pool_slots\": %lld, \"pool_mib\": %.1f, \"plain_rotated_calls\": %lld",
+                u.time_s * 1e6, u.host_s * 1e6, u.bytes, u.gbps(), u.ratio(), u.iters,
+                (long long)u.slots, u.pool_mib, (long long)u.sets);
+    j += json_copy("plain_", u.bytes, u.copy);
+    rep.rows.push_back(j + "}");
+    rows.push_back(std::move(r));
+  } catch (const std::exception& e) {
+    rep.error = e.what();
+    break;
+  }
+
+  if (rows.empty()) return;
+  double best_copy = 0.0;
+  for (const ReplayRow& r : rows)
+    best_copy = std::max({best_copy, r.plain.copy_gbps(), r.timed ? r.copy_gbps() : 0.0});
+  print_header(rep, best_copy, env.cuda, cfg);
+  if (!rep.replay_algorithm.empty())
+    std::printf("replay algorithm: %s; each pass runs one cycle on every set of slots, step by "
+                "step; us/step = pass time / calls\n\n",
+                rep.replay_algorithm.c_str());
+  if (!rep.replay_skipped.empty())
+    std::printf("replay not timed: %s\n\n", rep.replay_skipped.c_str());
+  std::printf("| batch | replay us/step | plain us/step | speedup | floor us/step | floor / "
+              "replay | step MiB (mean) | replay GB/s | ceiling GB/s | plain ratio to copy | "
+              "replay host us/call |\n");
+  std::printf("|------:|---------------:|--------------:|--------:|--------------:|--------------"
+              ":|----------------:|------------:|-------------:|--------------------:|"
+              "--------------------:|\n");
+  for (const ReplayRow& r : rows) {
+    const Row& u = r.plain;
+    if (r.timed)
+      std::printf("| %lld | %.1f | %.1f | %.2f | %.1f | %.3f | %.2f | %.2f | %.2f | %.3f | %s |\n",
+                  (long long)u.batch, r.time_s * 1e6, u.time_s * 1e6, u.time_s / r.time_s,
+                  r.floor_s() * 1e6, r.floor_s() / r.time_s, r.bytes.mean / double(kMiB),
+                  r.gbps(), r.copy_gbps(), u.ratio(),
+                  env.cuda ? format("%.1f", r.host_s * 1e6).c_str() : "-");
+    else
+      std::printf("| %lld | - | %.1f | - | - | - | - | - | %.2f | %.3f | - |\n", (long long)u.batch,
+                  u.time_s * 1e6, u.copy_gbps(), u.ratio());
+  }
+  for (const ReplayRow& r : rows)
+    if (!r.check.empty())
+      std::printf("batch %lld: replay counters: %s\n", (long long)r.plain.batch, r.check.c_str());
+  std::vector<CeilingRow> ceil;
+  for (const ReplayRow& r : rows) {
+    if (r.timed) ceil.push_back({r.plain.batch, r.mean_bytes(), r.copy});
+    ceil.push_back({r.plain.batch, r.plain.bytes, r.plain.copy});
+  }
+  print_ceiling(ceil, env.cuda);
 }
 
 int run(const Options& o) {
@@ -1197,6 +1759,7 @@ int run(const Options& o) {
 
   Report rep;
   rep.device = dev->name();
+  rep.driver = dev->driver();
   rep.backend = ssu_backend_name(backend);
   rep.date = utc_now();
   rep.launch_floor_us =
@@ -1207,6 +1770,8 @@ int run(const Options& o) {
   // A sweep stops at its first failure and prints the rows measured before.
   if (o.mamba3)
     run_mamba3(o, env, rep);
+  else if (o.replay)
+    run_replay(o, env, rep);
   else
     run_update(o, env, rep);
   int rc = 0;

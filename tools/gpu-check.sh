@@ -9,7 +9,8 @@
 # Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
 # SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
 # TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
-# BENCH_NEW=0 skips the int16 / stochastic-rounding / Mamba-3 benchmarks.
+# BENCH_NEW=0 skips the int16 / stochastic-rounding / Mamba-3 benchmarks,
+# BENCH_REPLAY=0 the checkpointed (replay) decode benchmarks.
 # NCU=1 profiles one update kernel of each benchmark shape with Nsight Compute.
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # NO_BUILD=1 runs a build of BUILD made elsewhere as it is (nothing rebuilt;
@@ -125,12 +126,18 @@ fi
 if [ "${BENCH:-1}" != 0 ]; then
   : > "$out/bench.txt"
   : > "$out/bench.json"
+  # Returns ssu-bench's exit status; a run that wrote no JSON adds none.
   bench() {
     echo "### ssu-bench --backend cuda $* ${BENCH_ARGS:-}" | tee -a "$out/bench.txt"
+    rm -f /tmp/ssu-bench.json
     "$build/bench/ssu-bench" --backend cuda "$@" ${BENCH_ARGS:-} --json /tmp/ssu-bench.json \
       2>&1 | tee -a "$out/bench.txt"
-    cat /tmp/ssu-bench.json >> "$out/bench.json" 2>/dev/null
-    echo >> "$out/bench.json"
+    local rc=${PIPESTATUS[0]}
+    if [ -f /tmp/ssu-bench.json ]; then
+      cat /tmp/ssu-bench.json >> "$out/bench.json"
+      echo >> "$out/bench.json"
+    fi
+    return "$rc"
   }
   iters="--iters ${BENCH_ITERS:-100}"
   bench --state-dtype f32 $iters
@@ -144,6 +151,17 @@ if [ "${BENCH:-1}" != 0 ]; then
     bench --state-dtype bf16 --sr-compare --batch 1,8,64,256 $iters
     bench --state-dtype f16 --sr-compare --batch 1,8,64,256 $iters
     bench --mamba3 $iters
+  fi
+  if [ "${BENCH_REPLAY:-1}" != 0 ]; then
+    # Checkpointed decode: whole ring cycles per step against the plain
+    # update of the same shape and batch (the CUDA replay kernels may not be
+    # there yet: ssu-bench then says so and times the plain update alone).
+    bench --replay 16 --state-dtype f32 --batch 1,8,64,512 $iters ||
+      note "replay bench (f32 state) failed: exit $?"
+    bench --replay 16 --state-dtype bf16 --batch 1,8,64,512 $iters ||
+      note "replay bench (bf16 state) failed: exit $?"
+    bench --replay 16 --tokens 4 --batch 64,256 $iters ||
+      note "replay bench (T=4) failed: exit $?"
   fi
   note "benchmarks done (bench.txt)"
 fi
