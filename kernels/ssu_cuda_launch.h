@@ -166,6 +166,13 @@ typedef struct ssu_cuda_replay_launch {
   int32_t off_y;      /* [T][rows] row sums                               */
   int32_t off_coef;   /* [T][E] closed-form weights, then [T] decays      */
   int32_t off_scale;  /* [rows] int16 decode scales                       */
+  int32_t off_tile;   /* [rows][N] the checkpoint tile, in the state dtype
+                         (per-head layouts)                              */
+  int32_t off_xt;     /* [T][rows] this call's x, staged before the counters
+                         are known (then copied after the ring entries) */
+  int32_t off_Bt;     /* [T][N] this call's B, likewise                   */
+  int32_t off_dtt;    /* [T] (per channel [T][rows]) this call's delta    */
+  int32_t reserved0;
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -69,6 +69,63 @@ __device__ __forceinline__ void unpack_row(const uint4* raw, int lane_r, int lpr
   }
 }
 
+// Copies `count` rows of `len` elements (row i at src + i * stride, its
+// elements dense) to fp32 shared memory dst[i * len + e]: 16-byte loads
+// where the rows allow (`dense` says the elements are consecutive), element
+// loads otherwise; no division where the chunks per row are a power of two.
+template <typename IT>
+__device__ __forceinline__ void stage_rows(float* dst, const IT* src, int64_t stride, int count,
+                                           int len, bool dense, int tid) {
+  if (count <= 0 || len <= 0) return;
+  constexpr int V = 16 / sizeof(IT);
+  const bool vec = dense && len % V == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+                   (stride * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+  const int per = vec ? len / V : len;
+  const bool p2 = (per & (per - 1)) == 0;
+  const int sh = __ffs(per) - 1;
+  const int total = count * per;
+  for (int q = tid; q < total; q += SSU_CUDA_THREADS) {
+    const int i = p2 ? q >> sh : q / per;
+    const int k = q - i * per;
+    if (vec) {
+      union {
+        uint4 u;
+        IT e[V];
+      } c;
+      c.u = __ldg(reinterpret_cast<const uint4*>(src + i * stride + k * V));
+      float* d = dst + i * len + k * V;
+#pragma unroll
+      for (int e = 0; e < V; e += 4)
+        *reinterpret_cast<float4*>(d + e) =
+            make_float4(to_f32(c.e[e]), to_f32(c.e[e + 1]), to_f32(c.e[e + 2]), to_f32(c.e[e + 3]));
+    } else {
+      dst[i * len + k] = to_f32(src[i * stride + k]);
+    }
+  }
+}
+
+// Copies `count` rows of `len` dense elements between global rows (no
+// conversion): 16-byte moves where both sides allow.
+template <typename IT>
+__device__ __forceinline__ void copy_rows(IT* dst, int64_t dstride, const IT* src, int64_t sstride,
+                                          int count, int len, int tid) {
+  constexpr int V = 16 / sizeof(IT);
+  const bool vec = len % V == 0 && ((reinterpret_cast<uintptr_t>(src) |
+                                     reinterpret_cast<uintptr_t>(dst)) & 15) == 0 &&
+                   (sstride * static_cast<int64_t>(sizeof(IT))) % 16 == 0 &&
+                   (dstride * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+  const int per = vec ? len / V : len;
+  const int total = count * per;
+  for (int q = tid; q < total; q += SSU_CUDA_THREADS) {
+    const int i = q / per, k = q - i * per;
+    if (vec)
+      *reinterpret_cast<uint4*>(dst + i * dstride + k * V) =
+          __ldg(reinterpret_cast<const uint4*>(src + i * sstride + k * V));
+    else
+      dst[i * dstride + k] = src[i * sstride + k];
+  }
+}
+
 template <typename ST, typename IT>
 __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
@@ -100,70 +157,66 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   const int Lr = static_cast<int>(rp.ring_len);
   const bool reporter = h == 0 && tile == 0;
 
-  if (tid == 0) {
-    ReplaySeq s;
-    s.tok0 = 0;
-    s.len = static_cast<int>(p.ntokens);
-    s.state = 2;
-    s.c = s.newc = s.flush = s.last = 0;
-    if (f & SSU_F_VARLEN) {
-      s.tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
-      const int64_t len = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) -
-                          s.tok0;
-      if (len > p.ntokens && reporter) report(p.error_word, SSU_BIT_SEQLEN);
-      s.len = static_cast<int>(len <= 0 ? 0 : (len > p.ntokens ? p.ntokens : len));
-      if (len <= 0) s.state = 0;
-    }
-    s.slot = (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
-    if (s.state == 2 && is_pad(s.slot, p.pad_slot_id)) s.state = 1;
-    if (s.state == 2 && s.slot >= p.nslots) {
-      if (reporter) report(p.error_word, SSU_BIT_INDEX);
-      s.state = 1;
-    }
-    if (s.state == 2) {
-      // Other blocks of the sequence may already have counted themselves in
-      // the high bits of pending; its low 16 bits stay the caller's value.
-      const int committed = rp.committed[s.slot * rp.committed_stride];
-      const int pend_raw = *reinterpret_cast<volatile int*>(rp.pending + s.slot * rp.pending_stride);
-      const int pend = pend_raw & 0xffff;
-      if (committed < 0 || committed > Lr || pend > Lr || committed + pend > Lr) {
-        if (reporter) report(p.error_word, SSU_BIT_COUNTERS);
-        s.state = 1;
-      } else {
-        int acc = pend;
-        if (rp.rflags & SSU_RF_HAS_ACCEPTED) {
-          const int64_t a = load_index(rp.num_accepted, rp.accepted_dtype, b * rp.num_accepted_stride);
-          if (a < 0 || a > pend) {
-            if (reporter) report(p.error_word, SSU_BIT_ACCEPTED);
-            acc = a < 0 ? 0 : pend;
-          } else {
-            acc = static_cast<int>(a);
-          }
-        }
-        s.c = committed + acc;
-        s.flush = flush_op ? (s.c > 0) : (s.c + s.len > Lr);
-        s.newc = s.flush ? 0 : s.c;
-      }
-    }
-    sq = s;
+  // ---- the sequence: tokens and slot (every thread reads them; a block
+  // needs them before anything else) ------------------------------------------
+  int64_t tok0 = 0;
+  int T = static_cast<int>(p.ntokens);
+  int state = 2;  // 0: no tokens (skip), 1: padding, 2: active
+  if (f & SSU_F_VARLEN) {
+    tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
+    const int64_t len = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
+    if (len > p.ntokens && reporter && tid == 0) report(p.error_word, SSU_BIT_SEQLEN);
+    T = static_cast<int>(len <= 0 ? 0 : (len > p.ntokens ? p.ntokens : len));
+    if (len <= 0) state = 0;
   }
-  __syncthreads();
-  const ReplaySeq sqv = sq;
-  if (sqv.state == 0) return;
-  const int T = sqv.len;
+  const int64_t slot =
+      (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
+  if (state == 2 && is_pad(slot, p.pad_slot_id)) state = 1;
+  if (state == 2 && slot >= p.nslots) {
+    if (reporter && tid == 0) report(p.error_word, SSU_BIT_INDEX);
+    state = 1;
+  }
+  if (state == 0) return;
   IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
-  if (sqv.state == 1) {  // padding: exact zeros, nothing of the slot touched
+  auto zero_outputs = [&] {  // padding: exact zeros, nothing of the slot touched
     for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) {
       const int t = i / rows;
-      out_bh[(sqv.tok0 + t) * p.out_stride_t + r0 + (i - t * rows)] = from_f32<IT>(0.f);
+      out_bh[(tok0 + t) * p.out_stride_t + r0 + (i - t * rows)] = from_f32<IT>(0.f);
     }
+  };
+  if (state == 1) {
+    zero_outputs();
     return;
   }
-  const int64_t s = sqv.slot;
-  const int c = sqv.c, E = c + T;
-  const bool flush = sqv.flush;
-  // Per-head step size and A, no flush: the closed form (no fold).
-  const bool closed = !flush && !dt_pc && !A_pc;
+  const int64_t s = slot;
+
+  // ---- the counters (one thread), while every thread requests the
+  // checkpoint tile and stages this call's tokens ---------------------------
+  if (tid == 0) {
+    ReplaySeq q;
+    q.c = q.newc = q.flush = q.last = 0;
+    q.state = 2;
+    // Other blocks of the sequence may already have counted themselves in
+    // the high bits of pending; its low 16 bits stay the caller's value.
+    const int committed = rp.committed[s * rp.committed_stride];
+    const int pend = *reinterpret_cast<volatile int*>(rp.pending + s * rp.pending_stride) & 0xffff;
+    int64_t a = pend;
+    if (rp.rflags & SSU_RF_HAS_ACCEPTED)
+      a = load_index(rp.num_accepted, rp.accepted_dtype, b * rp.num_accepted_stride);
+    if (committed < 0 || committed > Lr || pend > Lr || committed + pend > Lr) {
+      if (reporter) report(p.error_word, SSU_BIT_COUNTERS);
+      q.state = 1;
+    } else {
+      if (a < 0 || a > pend) {
+        if (reporter) report(p.error_word, SSU_BIT_ACCEPTED);
+        a = a < 0 ? 0 : pend;
+      }
+      q.c = committed + static_cast<int>(a);
+      q.flush = flush_op ? (q.c > 0) : (q.c + T > Lr);
+      q.newc = q.flush ? 0 : q.c;
+    }
+    sq = q;
+  }
 
   float* const s_delta = reinterpret_cast<float*>(smem + L.off_delta);
   float* const s_dA = reinterpret_cast<float*>(smem + L.off_dA);
@@ -175,23 +228,33 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   float* const s_y = reinterpret_cast<float*>(smem + L.off_y);
   float* const s_coef = reinterpret_cast<float*>(smem + L.off_coef);
   float* const s_scale = reinterpret_cast<float*>(smem + L.off_scale);
+  float* const s_xt = reinterpret_cast<float*>(smem + L.off_xt);
+  float* const s_Bt = reinterpret_cast<float*>(smem + L.off_Bt);
+  float* const s_dtt = reinterpret_cast<float*>(smem + L.off_dtt);
 
-  // ---- the checkpoint rows: the first lane-row batch is requested before
-  // the staging below, so its latency overlaps the operand loads ----------
   const int lpr = L.lanes_per_row;
   const int lane_r = tid & (lpr - 1);
   const int grp = tid / lpr;
   const int ngrp = SSU_CUDA_THREADS / lpr;
   const int chunks = N / VEC;
   const int kc = (chunks + lpr - 1) / lpr;
-  ST* const state = static_cast<ST*>(p.state);
+  ST* const state_pool = static_cast<ST*>(p.state);
   const int64_t head_off = h * static_cast<int64_t>(P) * N;
-  ST* const ckpt_tile = state + s * p.state_stride_slot + head_off + static_cast<int64_t>(r0) * N;
-  // (A flush op on a slot with nothing committed only resets its counters.)
-  const int row_end = (T > 0 || flush) ? rows : 0;
+  ST* const ckpt_tile = state_pool + s * p.state_stride_slot + head_off + static_cast<int64_t>(r0) * N;
+  // Per-head layouts copy the checkpoint tile (one contiguous run) into
+  // shared memory with cp.async: all of it in flight at once, for no
+  // registers. The per-channel layouts hold rows in registers instead.
+  const bool tile_ok = !dt_pc && !A_pc && (T > 0 || flush_op);
+  ST* const s_tile = reinterpret_cast<ST*>(smem + L.off_tile);
+  if (tile_ok) {
+    const int n16 = rows * chunks;
+    for (int q = tid; q < n16; q += SSU_CUDA_THREADS)
+      cp_async_16(s_tile + q * VEC, ckpt_tile + q * VEC);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
   constexpr int RB = kReplayChunksInFlight / KCMAX;
   uint4 raw[RB][KCMAX];
-  auto request_rows = [&](int rb) {
+  auto request_rows = [&](int rb, int row_end) {
 #pragma unroll
     for (int i = 0; i < RB; ++i) {
       const int r = rb + grp + i * ngrp;
@@ -205,17 +268,11 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
       }
     }
   };
-  request_rows(0);
+  if (!tile_ok) request_rows(0, T > 0 || flush_op ? rows : 0);
 
-  // ---- staging: entries j < c from the ring, j >= c from this call --------
   const float A_h = A_pc ? 0.f : load_param(p.A, p.A_dtype, h * p.A_stride_h);
-  const IT* const x_ring = static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                           h * rp.ring_x_stride_h + r0;
-  const IT* const B_ring = static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
-                           g * rp.ring_B_stride_g;
-  const float* const dt_ring = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
   auto token_delta = [&](int t, int row) {
-    const int64_t tok = sqv.tok0 + t;
+    const int64_t tok = tok0 + t;
     float v = load_param(p.dt, p.dt_dtype,
                          b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h +
                              static_cast<int64_t>(row) * p.dt_stride_p);
@@ -225,61 +282,87 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
     return v;
   };
+  const IT* const B_tok = static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t +
+                          g * p.B_stride_g;
+  const IT* const x_tok = static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
+                          h * p.x_stride_h + r0;
   if (!dt_pc) {
-    for (int j = tid; j < E; j += SSU_CUDA_THREADS) {
-      const float d = j < c ? dt_ring[j * rp.ring_dt_stride_l] : token_delta(j - c, 0);
-      s_delta[j] = d;
-      if (!A_pc) s_dA[j] = ssu_math::exp(A_h * d);
-    }
+    for (int t = tid; t < T; t += SSU_CUDA_THREADS) s_dtt[t] = token_delta(t, 0);
   } else {
-    for (int i = tid; i < E * rows; i += SSU_CUDA_THREADS) {
-      const int j = i / rows, r = i - j * rows;
-      s_delta[i] = j < c ? dt_ring[j * rp.ring_dt_stride_l + (r0 + r) * rp.ring_dt_stride_p]
-                         : token_delta(j - c, r0 + r);
-    }
-  }
-  for (int i = tid; i < E * N; i += SSU_CUDA_THREADS) {
-    const int j = i / N, n = i - j * N;
-    s_B[i] = j < c ? load_in<IT>(B_ring, j * rp.ring_B_stride_l + n)
-                   : load_in<IT>(p.B, b * p.B_stride_b + (sqv.tok0 + j - c) * p.B_stride_t +
-                                          g * p.B_stride_g + n);
-  }
-  for (int i = tid; i < T * N; i += SSU_CUDA_THREADS) {
-    const int t = i / N, n = i - t * N;
-    s_C[i] = load_in<IT>(p.C, b * p.C_stride_b + (sqv.tok0 + t) * p.C_stride_t +
-                                  g * p.C_stride_g + n);
-  }
-  for (int i = tid; i < E * rows; i += SSU_CUDA_THREADS) {
-    const int j = i / rows, r = i - j * rows;
-    s_x[i] = j < c ? load_in<IT>(x_ring, j * rp.ring_x_stride_l + r)
-                   : load_in<IT>(p.x, b * p.x_stride_b + (sqv.tok0 + j - c) * p.x_stride_t +
-                                          h * p.x_stride_h + r0 + r);
-  }
-  if (f & SSU_F_HAS_Z)
     for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) {
       const int t = i / rows, r = i - t * rows;
-      s_z[i] = silu(load_in<IT>(p.z, b * p.z_stride_b + (sqv.tok0 + t) * p.z_stride_t +
-                                         h * p.z_stride_h + r0 + r));
+      s_dtt[i] = token_delta(t, r0 + r);
     }
+  }
+  stage_rows<IT>(s_Bt, B_tok, p.B_stride_t, T, N, true, tid);
+  stage_rows<IT>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t +
+                          g * p.C_stride_g,
+                 p.C_stride_t, T, N, true, tid);
+  stage_rows<IT>(s_xt, x_tok, p.x_stride_t, T, rows, true, tid);
+  if (f & SSU_F_HAS_Z)
+    stage_rows<IT>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b + tok0 * p.z_stride_t +
+                            h * p.z_stride_h + r0,
+                   p.z_stride_t, T, rows, true, tid);
   for (int r = tid; r < rows; r += SSU_CUDA_THREADS) {
     s_D[r] = (f & SSU_F_HAS_D)
                  ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
                  : 0.f;
-    if (QUANT)
-      s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r0 + r];
+    if (QUANT) s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r0 + r];
   }
   __syncthreads();
 
+  const ReplaySeq sqv = sq;
+  if (sqv.state == 1) {  // counters out of range: handled as padding
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    zero_outputs();
+    return;
+  }
+  const int c = sqv.c, E = c + T;
+  const bool flush = sqv.flush;
+  // Per-head step size and A, no flush: the closed form (no fold).
+  const bool closed = !flush && !dt_pc && !A_pc;
+  // (A flush op on a slot with nothing committed only resets its counters.)
+  const int row_end = (T > 0 || flush) ? rows : 0;
+
+  // ---- the committed ring entries, then this call's tokens after them -------
+  const IT* const x_ring = static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
+                           h * rp.ring_x_stride_h + r0;
+  const IT* const B_ring = static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
+                           g * rp.ring_B_stride_g;
+  const float* const dt_ring = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
+  if (!dt_pc) {
+    for (int j = tid; j < E; j += SSU_CUDA_THREADS) {
+      const float d = j < c ? dt_ring[j * rp.ring_dt_stride_l] : s_dtt[j - c];
+      s_delta[j] = d;
+      if (!A_pc) s_dA[j] = ssu_math::exp(A_h * d);
+    }
+  } else {
+    stage_rows<float>(s_delta, dt_ring + r0 * rp.ring_dt_stride_p, rp.ring_dt_stride_l, c, rows,
+                      rp.ring_dt_stride_p == 1, tid);
+    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) s_delta[c * rows + i] = s_dtt[i];
+  }
+  stage_rows<IT>(s_B, B_ring, rp.ring_B_stride_l, c, N, true, tid);
+  for (int i = tid; i < T * N; i += SSU_CUDA_THREADS) s_B[c * N + i] = s_Bt[i];
+  stage_rows<IT>(s_x, x_ring, rp.ring_x_stride_l, c, rows, true, tid);
+  for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) s_x[c * rows + i] = s_xt[i];
+  if (f & SSU_F_HAS_Z)
+    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) s_z[i] = silu(s_z[i]);
+  __syncthreads();
+
+  // Every ring entry and counter this block reads is read: count it in
+  // (the result tells, at the end, whether this is the sequence's last).
+  int arrived = 0;
+  if (writes && tid == 0) {
+    __threadfence();
+    arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000) >> 16;
+  }
+
   // ---- append this call's x rows (the block's own rows; on a flush they
   // overwrite entries staged above, which no other block reads) ------------
-  if (writes && !flush_op) {
-    IT* const xr = static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s + h * rp.ring_x_stride_h + r0;
-    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) {
-      const int t = i / rows, r = i - t * rows;
-      xr[(sqv.newc + t) * rp.ring_x_stride_l + r] = static_cast<const IT*>(
-          p.x)[b * p.x_stride_b + (sqv.tok0 + t) * p.x_stride_t + h * p.x_stride_h + r0 + r];
-    }
-  }
+  if (writes && !flush_op)
+    copy_rows<IT>(static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s + h * rp.ring_x_stride_h +
+                      r0 + sqv.newc * rp.ring_x_stride_l,
+                  rp.ring_x_stride_l, x_tok, p.x_stride_t, T, rows, tid);
 
   // ---- closed form: decays and weights per (token, entry) -----------------
   // coef[t][j] = e^{A (sum_{i=j+1..c+t} delta_i)} delta_j (B_j . C_t) for
@@ -293,20 +376,22 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
         if (lane == 0) s_coef[q] = 0.f;
         continue;
       }
-      float dot = 0.f;
-      for (int n = lane; n < N; n += 32) dot += s_B[j * N + n] * s_C[t * N + n];
+      float dot = 0.f, span = 0.f;
+      for (int n = lane; n < N; n += 32) dot = __fmaf_rn(s_B[j * N + n], s_C[t * N + n], dot);
+      for (int i = j + 1 + lane; i <= c + t; i += 32) span += s_delta[i];
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-      if (lane == 0) {
-        float span = 0.f;
-        for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
-        s_coef[q] = ssu_math::exp(A_h * span) * s_delta[j] * dot;
+      for (int off = 16; off > 0; off >>= 1) {
+        dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        span += __shfl_xor_sync(0xffffffffu, span, off);
       }
+      if (lane == 0) s_coef[q] = ssu_math::exp(A_h * span) * s_delta[j] * dot;
     }
-    for (int t = tid; t < T; t += SSU_CUDA_THREADS) {
+    for (int t = warp; t < T; t += SSU_CUDA_THREADS / 32) {
       float span = 0.f;
-      for (int i = 0; i <= c + t; ++i) span += s_delta[i];
-      s_dec[t] = ssu_math::exp(A_h * span);
+      for (int i = lane; i <= c + t; i += 32) span += s_delta[i];
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) span += __shfl_xor_sync(0xffffffffu, span, off);
+      if (lane == 0) s_dec[t] = ssu_math::exp(A_h * span);
     }
   }
 
@@ -326,17 +411,72 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     for (int off = lpr >> 1; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
     return dot;
   };
-  if (closed) {
+  if (tile_ok) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+  }
+  // A lane's raw chunks of row r: from the shared tile, or the registers
+  // requested from global memory (batch slot ib).
+  auto row_raw = [&](int r, int ib, uint4* out) {
+#pragma unroll
+    for (int k = 0; k < KCMAX; ++k) {
+      const int ci = lane_r + k * lpr;
+      if (tile_ok) {
+        out[k] = ci < chunks ? *reinterpret_cast<const uint4*>(s_tile + r * N + ci * VEC)
+                             : make_uint4(0u, 0u, 0u, 0u);
+      } else {
+#pragma unroll
+        for (int i = 0; i < RB; ++i)
+          if (i == ib) out[k] = raw[i][k];
+      }
+    }
+  };
+  const bool tiled = tile_ok && closed && chunks % 8 == 0 && row_end > 0;
+  if (tiled) {
+    // Append step from the shared tile: eight lanes per row (a row's 16-byte
+    // chunks ci = lane + 8k, so each quarter warp reads 128 contiguous bytes),
+    // four rows per warp and instruction.
+    const int l8 = tid & 7, k8 = chunks >> 3;
+    for (int rb = 0; rb < rows; rb += SSU_CUDA_THREADS / 8) {
+      const int r = rb + (tid >> 3);
+      const int rr = r < rows ? r : rows - 1;
+      for (int t = 0; t < T; ++t) {
+        const float* Ct = s_C + t * N;
+        float dot = 0.f;
+#pragma unroll 4
+        for (int k = 0; k < k8; ++k) {
+          const int ci = l8 + 8 * k;
+          Chunk<ST, VEC> cc;
+          cc.u = *reinterpret_cast<const uint4*>(s_tile + rr * N + ci * VEC);
+#pragma unroll
+          for (int i = 0; i < VEC; i += 4) {
+            const float4 c4 = *reinterpret_cast<const float4*>(Ct + ci * VEC + i);
+            dot = __fmaf_rn(to_f32(cc.e[i]), c4.x, dot);
+            dot = __fmaf_rn(to_f32(cc.e[i + 1]), c4.y, dot);
+            dot = __fmaf_rn(to_f32(cc.e[i + 2]), c4.z, dot);
+            dot = __fmaf_rn(to_f32(cc.e[i + 3]), c4.w, dot);
+          }
+        }
+        dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        if (QUANT) dot *= s_scale[rr];
+        if (r < rows && l8 == 0) s_y[t * rows + r] = dot;
+      }
+    }
+  } else if (closed) {
     // Append step: h0 . C_t per row; the checkpoint is only read.
     for (int rb = 0; rb < row_end; rb += RB * ngrp) {
-      if (rb > 0) request_rows(rb);
+      if (rb > 0 && !tile_ok) request_rows(rb, row_end);
 #pragma unroll
       for (int ib = 0; ib < RB; ++ib) {
         if (rb + ib * ngrp < row_end) {  // uniform over the block
           const int r = rb + grp + ib * ngrp;
           const bool valid = r < rows;
           float v[EL];
-          unpack_row<ST, VEC, KCMAX>(raw[ib], lane_r, lpr, valid ? chunks : 0,
+          uint4 rw[KCMAX];
+          row_raw(valid ? r : 0, ib, rw);
+          unpack_row<ST, VEC, KCMAX>(rw, lane_r, lpr, valid ? chunks : 0,
                                      QUANT && valid ? s_scale[r] : 1.f, v);
           for (int t = 0; t < T; ++t) {
             const float dot = row_dot(v, s_C + t * N);
@@ -351,7 +491,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     const bool sr = f & SSU_F_STOCHASTIC;
     const uint64_t seed = sr ? *p.sr_seed : 0;
     for (int rb = 0; rb < row_end; rb += RB * ngrp) {
-      if (rb > 0) request_rows(rb);
+      if (rb > 0 && !tile_ok) request_rows(rb, row_end);
 #pragma unroll 1
       for (int ib = 0; ib < RB; ++ib) {
         if (rb + ib * ngrp >= row_end) break;  // uniform over the block
@@ -361,14 +501,9 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
         const int row = r0 + rr;
         float v[EL];
         {
-          uint4 pick_raw[KCMAX];
-#pragma unroll
-          for (int i = 0; i < RB; ++i)
-            if (i == ib) {
-#pragma unroll
-              for (int k = 0; k < KCMAX; ++k) pick_raw[k] = raw[i][k];
-            }
-          unpack_row<ST, VEC, KCMAX>(pick_raw, lane_r, lpr, valid ? chunks : 0,
+          uint4 rw[KCMAX];
+          row_raw(rr, ib, rw);
+          unpack_row<ST, VEC, KCMAX>(rw, lane_r, lpr, valid ? chunks : 0,
                                      QUANT && valid ? s_scale[r] : 1.f, v);
         }
         // Per-channel A of this lane's elements (Mamba-1), loaded once per row.
@@ -452,15 +587,12 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     }
     y += s_D[r] * s_x[(c + t) * rows + r];
     if (f & SSU_F_HAS_Z) y *= s_z[i];
-    out_bh[(sqv.tok0 + t) * p.out_stride_t + r0 + r] = from_f32<IT>(y);
+    out_bh[(tok0 + t) * p.out_stride_t + r0 + r] = from_f32<IT>(y);
   }
   if (!writes) return;
 
   // ---- the sequence's last block: shared ring entries and the counters ----
   if (tid == 0) {
-    int32_t* const pend = rp.pending + s * rp.pending_stride;
-    __threadfence();
-    const int arrived = atomicAdd(pend, 0x10000) >> 16;
     const int blocks = static_cast<int>(p.nheads) * tiles;
     sq.last = (arrived & 0x7fff) == blocks - 1;
     if (sq.last) __threadfence();
@@ -473,7 +605,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     for (int i = tid; i < T * G * N; i += SSU_CUDA_THREADS) {
       const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
       Bw[(sqv.newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
-          static_cast<const IT*>(p.B)[b * p.B_stride_b + (sqv.tok0 + t) * p.B_stride_t +
+          static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
                                       gg * p.B_stride_g + n];
     }
     const int H = static_cast<int>(p.nheads);
@@ -481,7 +613,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
     for (int i = tid; i < T * H * per; i += SSU_CUDA_THREADS) {
       const int t = i / (H * per), rem = i - t * H * per, hh = rem / per, pp = rem - hh * per;
-      const int64_t tok = sqv.tok0 + t;
+      const int64_t tok = tok0 + t;
       float v = load_param(p.dt, p.dt_dtype,
                            b * p.dt_stride_b + tok * p.dt_stride_t + hh * p.dt_stride_h +
                                static_cast<int64_t>(pp) * p.dt_stride_p);

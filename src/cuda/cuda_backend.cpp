@@ -517,7 +517,12 @@ class CudaBackend final : public Backend {
     if (bh * tiles < want) tiles = std::min<int64_t>((want + bh - 1) / bh, (P + ngrp - 1) / ngrp);
     int64_t rows = (P + tiles - 1) / tiles;
     rows = (rows + ngrp - 1) / ngrp * ngrp;
-    return static_cast<int>(std::min<int64_t>(rows, std::max<int64_t>(P, 1)));
+    int r = static_cast<int>(std::min<int64_t>(rows, std::max<int64_t>(P, 1)));
+    // At least two blocks per SM by shared memory: smaller tiles otherwise.
+    ssu_cuda_replay_launch probe;
+    while (r > ngrp && replay_smem(rp, r, &probe) > smem_per_sm_ / 2)
+      r = std::max(ngrp, (r / 2 + ngrp - 1) / ngrp * ngrp);
+    return r;
   }
 
   // Fills the geometry and shared-memory offsets of a replay launch with
@@ -548,6 +553,12 @@ class CudaBackend final : public Backend {
     L->off_y = put(T * rows);
     L->off_coef = put(T * E + T);
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? rows : 0);
+    // The append steps' checkpoint tile (per-head step size and A only).
+    const bool closed_form = !dt_pc && !(p.features & SSU_F_A_PER_CHANNEL);
+    L->off_tile = put(closed_form ? (int64_t(rows) * N * sb + 3) / 4 : 0);
+    L->off_xt = put(T * rows);
+    L->off_Bt = put(T * N);
+    L->off_dtt = put(dt_pc ? T * rows : T);
     return o;
   }
 
