@@ -140,7 +140,7 @@ typedef struct ssu_cuda_m3_pipe_launch {
 } ssu_cuda_m3_pipe_launch;
 
 /*
- * The replay kernels (kernels/ssu_replay.cu): one block of SSU_CUDA_THREADS
+ * The replay kernels (kernels/ssu_replay.cu): one block of SSU_CUDA_REPLAY_THREADS
  * per (sequence, head, tile of rows_per_block rows), ordered with the tile
  * fastest. A state row is spread over lanes_per_row lanes (a power of two
  * <= 32), each holding up to two 16-byte chunks. The entries of a call (the
@@ -150,6 +150,9 @@ typedef struct ssu_cuda_m3_pipe_launch {
  * pending counter; the last one writes the shared ring entries (B, delta)
  * and the counters, so no block reads a counter or entry another changed.
  */
+#ifndef SSU_CUDA_REPLAY_THREADS
+#define SSU_CUDA_REPLAY_THREADS 128
+#endif
 typedef struct ssu_cuda_replay_launch {
   ssu_replay_params p;
   int32_t lanes_per_row;

@@ -48,7 +48,7 @@ constexpr int kReplayChunksInFlight = 8;
 // Resident blocks per SM the register budget must allow: the append path
 // needs few registers beyond its chunks in flight; the fold path (flush
 // steps, per-channel layouts) fits the same budget.
-constexpr int kReplayMinBlocks = 6;
+constexpr int kReplayMinBlocks = 6 * 128 / SSU_CUDA_REPLAY_THREADS;
 
 // Converts a lane's raw chunks of a row (KC at most 2) to fp32 v[k*VEC ..];
 // chunks past the row (ci >= chunks) are zeros.
@@ -84,7 +84,7 @@ __device__ __forceinline__ void stage_rows(float* dst, const IT* src, int64_t st
   const bool p2 = (per & (per - 1)) == 0;
   const int sh = __ffs(per) - 1;
   const int total = count * per;
-  for (int q = tid; q < total; q += SSU_CUDA_THREADS) {
+  for (int q = tid; q < total; q += SSU_CUDA_REPLAY_THREADS) {
     const int i = p2 ? q >> sh : q / per;
     const int k = q - i * per;
     if (vec) {
@@ -116,7 +116,7 @@ __device__ __forceinline__ void copy_rows(IT* dst, int64_t dstride, const IT* sr
                    (dstride * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
   const int per = vec ? len / V : len;
   const int total = count * per;
-  for (int q = tid; q < total; q += SSU_CUDA_THREADS) {
+  for (int q = tid; q < total; q += SSU_CUDA_REPLAY_THREADS) {
     const int i = q / per, k = q - i * per;
     if (vec)
       *reinterpret_cast<uint4*>(dst + i * dstride + k * V) =
@@ -179,7 +179,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   if (state == 0) return;
   IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
   auto zero_outputs = [&] {  // padding: exact zeros, nothing of the slot touched
-    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) {
+    for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) {
       const int t = i / rows;
       out_bh[(tok0 + t) * p.out_stride_t + r0 + (i - t * rows)] = from_f32<IT>(0.f);
     }
@@ -235,7 +235,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   const int lpr = L.lanes_per_row;
   const int lane_r = tid & (lpr - 1);
   const int grp = tid / lpr;
-  const int ngrp = SSU_CUDA_THREADS / lpr;
+  const int ngrp = SSU_CUDA_REPLAY_THREADS / lpr;
   const int chunks = N / VEC;
   const int kc = (chunks + lpr - 1) / lpr;
   ST* const state_pool = static_cast<ST*>(p.state);
@@ -248,7 +248,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   ST* const s_tile = reinterpret_cast<ST*>(smem + L.off_tile);
   if (tile_ok) {
     const int n16 = rows * chunks;
-    for (int q = tid; q < n16; q += SSU_CUDA_THREADS)
+    for (int q = tid; q < n16; q += SSU_CUDA_REPLAY_THREADS)
       cp_async_16(s_tile + q * VEC, ckpt_tile + q * VEC);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
@@ -287,9 +287,9 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   const IT* const x_tok = static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
                           h * p.x_stride_h + r0;
   if (!dt_pc) {
-    for (int t = tid; t < T; t += SSU_CUDA_THREADS) s_dtt[t] = token_delta(t, 0);
+    for (int t = tid; t < T; t += SSU_CUDA_REPLAY_THREADS) s_dtt[t] = token_delta(t, 0);
   } else {
-    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) {
+    for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) {
       const int t = i / rows, r = i - t * rows;
       s_dtt[i] = token_delta(t, r0 + r);
     }
@@ -303,7 +303,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     stage_rows<IT>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b + tok0 * p.z_stride_t +
                             h * p.z_stride_h + r0,
                    p.z_stride_t, T, rows, true, tid);
-  for (int r = tid; r < rows; r += SSU_CUDA_THREADS) {
+  for (int r = tid; r < rows; r += SSU_CUDA_REPLAY_THREADS) {
     s_D[r] = (f & SSU_F_HAS_D)
                  ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
                  : 0.f;
@@ -331,7 +331,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
                            g * rp.ring_B_stride_g;
   const float* const dt_ring = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
   if (!dt_pc) {
-    for (int j = tid; j < E; j += SSU_CUDA_THREADS) {
+    for (int j = tid; j < E; j += SSU_CUDA_REPLAY_THREADS) {
       const float d = j < c ? dt_ring[j * rp.ring_dt_stride_l] : s_dtt[j - c];
       s_delta[j] = d;
       if (!A_pc) s_dA[j] = ssu_math::exp(A_h * d);
@@ -339,14 +339,14 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   } else {
     stage_rows<float>(s_delta, dt_ring + r0 * rp.ring_dt_stride_p, rp.ring_dt_stride_l, c, rows,
                       rp.ring_dt_stride_p == 1, tid);
-    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) s_delta[c * rows + i] = s_dtt[i];
+    for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) s_delta[c * rows + i] = s_dtt[i];
   }
   stage_rows<IT>(s_B, B_ring, rp.ring_B_stride_l, c, N, true, tid);
-  for (int i = tid; i < T * N; i += SSU_CUDA_THREADS) s_B[c * N + i] = s_Bt[i];
+  for (int i = tid; i < T * N; i += SSU_CUDA_REPLAY_THREADS) s_B[c * N + i] = s_Bt[i];
   stage_rows<IT>(s_x, x_ring, rp.ring_x_stride_l, c, rows, true, tid);
-  for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) s_x[c * rows + i] = s_xt[i];
+  for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) s_x[c * rows + i] = s_xt[i];
   if (f & SSU_F_HAS_Z)
-    for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) s_z[i] = silu(s_z[i]);
+    for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) s_z[i] = silu(s_z[i]);
   __syncthreads();
 
   // Every ring entry and counter this block reads is read: count it in
@@ -370,7 +370,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   float* const s_dec = s_coef + T * E;
   if (closed) {
     const int warp = tid >> 5, lane = tid & 31;
-    for (int q = warp; q < T * E; q += SSU_CUDA_THREADS / 32) {
+    for (int q = warp; q < T * E; q += SSU_CUDA_REPLAY_THREADS / 32) {
       const int t = q / E, j = q - t * E;
       if (j > c + t) {
         if (lane == 0) s_coef[q] = 0.f;
@@ -386,7 +386,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
       }
       if (lane == 0) s_coef[q] = ssu_math::exp(A_h * span) * s_delta[j] * dot;
     }
-    for (int t = warp; t < T; t += SSU_CUDA_THREADS / 32) {
+    for (int t = warp; t < T; t += SSU_CUDA_REPLAY_THREADS / 32) {
       float span = 0.f;
       for (int i = lane; i <= c + t; i += 32) span += s_delta[i];
 #pragma unroll
@@ -437,7 +437,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     // chunks ci = lane + 8k, so each quarter warp reads 128 contiguous bytes),
     // four rows per warp and instruction.
     const int l8 = tid & 7, k8 = chunks >> 3;
-    for (int rb = 0; rb < rows; rb += SSU_CUDA_THREADS / 8) {
+    for (int rb = 0; rb < rows; rb += SSU_CUDA_REPLAY_THREADS / 8) {
       const int r = rb + (tid >> 3);
       const int rr = r < rows ? r : rows - 1;
       for (int t = 0; t < T; ++t) {
@@ -577,7 +577,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   __syncthreads();
 
   // ---- outputs --------------------------------------------------------------
-  for (int i = tid; i < T * rows; i += SSU_CUDA_THREADS) {
+  for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) {
     const int t = i / rows, r = i - t * rows;
     float y = s_y[i];
     if (closed) {
@@ -602,7 +602,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   if (!flush_op) {
     const int G = static_cast<int>(p.ngroups);
     IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
-    for (int i = tid; i < T * G * N; i += SSU_CUDA_THREADS) {
+    for (int i = tid; i < T * G * N; i += SSU_CUDA_REPLAY_THREADS) {
       const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
       Bw[(sqv.newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
           static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
@@ -611,7 +611,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     const int H = static_cast<int>(p.nheads);
     const int per = dt_pc ? P : 1;
     float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
-    for (int i = tid; i < T * H * per; i += SSU_CUDA_THREADS) {
+    for (int i = tid; i < T * H * per; i += SSU_CUDA_REPLAY_THREADS) {
       const int t = i / (H * per), rem = i - t * H * per, hh = rem / per, pp = rem - hh * per;
       const int64_t tok = tok0 + t;
       float v = load_param(p.dt, p.dt_dtype,
@@ -634,7 +634,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 }  // namespace
 
 #define SSU_REPLAY_KERNEL(SNAME, ST, INAME, IT)                                          \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS, kReplayMinBlocks)                         \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayMinBlocks)                         \
       ssu_replay_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                      \
     replay_body<ST, IT>(L);                                                              \
   }

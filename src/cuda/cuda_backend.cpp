@@ -234,6 +234,7 @@ class CudaBackend final : public Backend {
           m3p_regs_blocks_[si][v] = blocks_by_registers(m3p_fn_[si][v], kM3pThreads);
         }
       rotary_fn_ = load_function("ssu_mamba3_rotary");
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_ROWS")) replay_max_rows_ = std::atoi(e);
       for (int si = 0; si < kStateDtypes; ++si)
         for (int i = 0; i < 3; ++i)
           replay_fn_[si][i] = load_streaming_kernel(
@@ -358,7 +359,7 @@ class CudaBackend final : public Backend {
       fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads*tiles=%lld is too large for one CUDA launch",
            static_cast<long long>(blocks));
     void* args[] = {&L};
-    launch(replay_fn_[si][ii], static_cast<unsigned>(blocks), SSU_CUDA_THREADS,
+    launch(replay_fn_[si][ii], static_cast<unsigned>(blocks), SSU_CUDA_REPLAY_THREADS,
            static_cast<unsigned>(need), stream, args);
   }
 
@@ -510,7 +511,7 @@ class CudaBackend final : public Backend {
     const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
     const int chunks = static_cast<int>(p.dstate) * sb / 16;
     const int lpr = std::min(32, pow2_ceil(std::max(1, chunks)));
-    const int ngrp = SSU_CUDA_THREADS / lpr;
+    const int ngrp = SSU_CUDA_REPLAY_THREADS / lpr;
     const int64_t P = p.dim;
     int64_t tiles = std::max<int64_t>(1, (P + 255) / 256);
     const int64_t want = 4 * static_cast<int64_t>(sms_);
@@ -518,6 +519,9 @@ class CudaBackend final : public Backend {
     int64_t rows = (P + tiles - 1) / tiles;
     rows = (rows + ngrp - 1) / ngrp * ngrp;
     int r = static_cast<int>(std::min<int64_t>(rows, std::max<int64_t>(P, 1)));
+    // SSU_CUDA_REPLAY_ROWS caps the rows per block (for measurements).
+    if (replay_max_rows_ > 0 && r > replay_max_rows_)
+      r = std::max(ngrp, replay_max_rows_ / ngrp * ngrp);
     // At least two blocks per SM by shared memory: smaller tiles otherwise.
     ssu_cuda_replay_launch probe;
     while (r > ngrp && replay_smem(rp, r, &probe) > smem_per_sm_ / 2)
@@ -1034,6 +1038,7 @@ class CudaBackend final : public Backend {
   static constexpr int kDirectWarpsPerSm = 15;
   CUfunction advance_seed_fn_ = nullptr;
   CUfunction replay_fn_[kStateDtypes][3] = {};
+  int replay_max_rows_ = 0;
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
   int m3p_regs_blocks_[3][kM3pRanks] = {};
