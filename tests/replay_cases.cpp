@@ -1,0 +1,410 @@
+// The replay case table: what SPEC.md section 7 promises, one group of
+// cases per feature. Deterministic: every case has its own fixed seed.
+#include <algorithm>
+
+#include "replay_harness.h"
+
+namespace ssutest {
+
+namespace {
+
+// Enough steps for every slot to flush a few times (each slot is served in
+// about three steps of four).
+int steps_for(int64_t L, int64_t T) {
+  return int(std::min<int64_t>(60, std::max<int64_t>(12, (3 * L) / T + 8)));
+}
+
+}  // namespace
+
+std::vector<ReplayCase> replay_case_table() {
+  std::vector<ReplayCase> v;
+  uint64_t seed = 7000;
+  auto add = [&](ReplayCase c) {
+    c.seed = seed++;
+    v.push_back(c);
+  };
+  const ssu_dtype_t F32 = SSU_DTYPE_F32, BF16 = SSU_DTYPE_BF16, F16 = SSU_DTYPE_F16,
+                    I16 = SSU_DTYPE_I16, I32 = SSU_DTYPE_I32, I64 = SSU_DTYPE_I64;
+
+  // Every ring capacity, one token per call: a checkpoint store every L steps.
+  for (int64_t L : {1, 2, 7, 16, 32}) {
+    ReplayCase c;
+    c.tag = "ring_capacity";
+    c.single().ring(L).run(steps_for(L, 1)).shape(2, 1, 16, 16);
+    c.pad = Pad::Negative;
+    add(c);
+  }
+
+  // Every token count with the capacities around it (T = L flushes at every
+  // call after the first).
+  {
+    const int64_t tl[][2] = {{2, 2}, {2, 7}, {2, 32}, {4, 4}, {4, 7}, {4, 16},
+                             {8, 8}, {8, 16}, {8, 32}};
+    int i = 0;
+    for (const auto& p : tl) {
+      ReplayCase c;
+      c.tag = "tokens";
+      c.multi(p[0]).ring(p[1]).run(steps_for(p[1], p[0])).shape(2, 1, 16, 16);
+      c.index = i % 2 ? I64 : I32;
+      c.pad = i % 3 == 0 ? Pad::None : Pad::Negative;
+      c.dtypes(i % 2 ? BF16 : F32, i % 3 == 1 ? F16 : F32);
+      add(c);
+      ++i;
+    }
+  }
+  // One token per call in the multi-token form.
+  {
+    ReplayCase c;
+    c.tag = "tokens";
+    c.multi(1).ring(3).run(14).shape(2, 1, 16, 16);
+    add(c);
+  }
+
+  // Every state dtype with every input dtype, in turn single, multi and
+  // varlen, with every parameter dtype.
+  {
+    const ssu_dtype_t states[] = {F32, BF16, F16, I16};
+    const ssu_dtype_t inputs[] = {F32, BF16, F16};
+    int i = 0;
+    for (ssu_dtype_t st : states)
+      for (ssu_dtype_t in : inputs) {
+        ReplayCase c;
+        c.tag = "dtypes";
+        if (i % 3 == 0) c.single().ring(7);
+        if (i % 3 == 1) c.multi(2).ring(7);
+        if (i % 3 == 2) c.varlen(4).ring(16);
+        c.run(steps_for(c.L, c.T));
+        c.dtypes(st, in, inputs[(i / 3 + i) % 3]);
+        c.shape(2, 1, 32, 16);
+        c.pad = i % 2 ? Pad::Negative : Pad::None;
+        c.index = i % 4 == 3 ? I64 : I32;
+        add(c);
+        ++i;
+      }
+  }
+
+  // Speculative decoding: num_accepted random in 0..pending.
+  {
+    const int64_t tl[][2] = {{2, 2}, {2, 7}, {4, 4}, {4, 7}, {4, 16}, {8, 8}, {8, 32}};
+    const ssu_dtype_t sts[] = {F32, BF16, F16, I16, F32, BF16, F32};
+    const ssu_dtype_t ins[] = {F32, BF16, F16, BF16, BF16, F32, F16};
+    for (int i = 0; i < 7; ++i) {
+      ReplayCase c;
+      c.tag = "speculative";
+      c.multi(tl[i][0]).ring(tl[i][1]).run(steps_for(tl[i][1], 2) / 2 + 8).shape(2, 1, 16, 16);
+      c.speculative = true;
+      c.dtypes(sts[i], ins[i]);
+      c.pad = i % 2 ? Pad::Negative : Pad::PadSlotId;
+      c.index = i % 3 == 2 ? I64 : I32;
+      if (i == 5) c.accepted = I64;  // num_accepted i64 with i32 slots
+      if (i == 5) c.index = I32;
+      if (i == 6) c.accepted = I32;  // and the other way round
+      if (i == 6) c.index = I64;
+      add(c);
+    }
+  }
+
+  // Varlen: lengths 0..T (0 skips the sequence), with and without num_accepted.
+  {
+    const int64_t tl[][2] = {{2, 7}, {4, 4}, {4, 16}, {8, 8}};
+    int i = 0;
+    for (const auto& p : tl) {
+      ReplayCase c;
+      c.tag = "varlen";
+      c.varlen(p[0]).ring(p[1]).run(steps_for(p[1], 2)).shape(2, 1, 16, 16);
+      c.pad = Pad::Negative;
+      c.index = i % 2 ? I64 : I32;
+      c.dtypes(i % 2 ? F16 : F32, i % 2 ? BF16 : F32);
+      add(c);
+      ++i;
+    }
+    for (const auto& p : {std::pair<int64_t, int64_t>{4, 7}, {8, 16}}) {
+      ReplayCase c;
+      c.tag = "varlen_speculative";
+      c.varlen(p.first).ring(p.second).run(steps_for(p.second, 2)).shape(2, 1, 16, 16);
+      c.speculative = true;
+      c.pad = Pad::PadSlotId;
+      c.dtypes(BF16, BF16);
+      add(c);
+    }
+  }
+
+  // Mamba-1: per-channel A (S4D-real), dt, D and dt_bias, H = G = 1.
+  {
+    ReplayCase c;
+    c.tag = "mamba1";
+    c.mamba1_layer(128, 16).single().ring(7).run(20);
+    c.pad = Pad::Negative;
+    add(c);
+    c.tag = "mamba1_speculative";
+    c.mamba1_layer(64, 16).multi(4).ring(16).run(20).dtypes(BF16, BF16);
+    c.speculative = true;
+    add(c);
+    c = ReplayCase();
+    c.tag = "mamba1_dt_per_head";  // only dt_bias makes the step per channel
+    c.mamba1_layer(64, 16).single().ring(2).run(12).dtypes(F32, F16);
+    c.mamba1_dt_per_head = true;
+    add(c);
+    c = ReplayCase();
+    c.tag = "mamba1_i16_varlen";
+    c.mamba1_layer(32, 16).varlen(2).ring(4).run(14).dtypes(I16, BF16, BF16);
+    c.pad = Pad::Negative;
+    add(c);
+  }
+
+  // Padding and slot indices.
+  {
+    ReplayCase c;
+    c.tag = "no_src_index";  // sequence b uses slot b, every slot served every step
+    c.single().ring(7).run(20).shape(2, 1, 16, 16);
+    c.index = SSU_DTYPE_INVALID;
+    add(c);
+    c.tag = "no_src_index_speculative";
+    c.multi(4).ring(7).run(16).dtypes(BF16, BF16);
+    c.speculative = true;
+    add(c);
+    c = ReplayCase();
+    c.tag = "pad_slot_id";
+    c.multi(2).ring(4).run(16).shape(2, 1, 16, 16);
+    c.pad = Pad::PadSlotId;
+    c.index = I64;
+    c.batch = 5;
+    add(c);
+    c.tag = "pad_slot_id_in_range";
+    c.pad = Pad::PadSlotIdInRange;
+    c.index = I32;
+    c.speculative = true;
+    add(c);
+    c = ReplayCase();
+    c.tag = "batch_1";
+    c.single().ring(2).run(10).shape(2, 1, 16, 16);
+    c.batch = 1;
+    c.spare_active = 0;
+    add(c);
+    c.tag = "many_spare_slots";  // most slots wait several steps between calls
+    c.multi(2).ring(7).run(30);
+    c.batch = 2;
+    c.spare_active = 4;
+    c.pad = Pad::Negative;
+    c.index = I64;
+    add(c);
+  }
+
+  // disable_state_update: outputs only, nothing of the slot written.
+  {
+    ReplayCase c;
+    c.tag = "disable_state_update";
+    c.single().ring(2).run(16).shape(2, 1, 16, 16);
+    c.disable_every = 3;
+    c.pad = Pad::Negative;
+    add(c);
+    c.multi(4).ring(7).run(16).dtypes(BF16, BF16);
+    c.disable_every = 2;
+    c.speculative = true;
+    add(c);
+    c = ReplayCase();
+    c.tag = "disable_state_update_only";  // every step, from warm slots
+    c.multi(2).ring(7).run(6).dtypes(I16, F32).shape(2, 1, 16, 16);
+    c.disable_every = 1;
+    c.warm_start = true;
+    c.speculative = true;
+    add(c);
+    c = ReplayCase();
+    c.tag = "disable_state_update_varlen";
+    c.varlen(4).ring(8).run(16).dtypes(F16, F16).shape(2, 1, 16, 16);
+    c.disable_every = 4;
+    add(c);
+  }
+
+  // Stochastic rounding of 16-bit checkpoints.
+  {
+    ReplayCase c;
+    c.tag = "stochastic_rounding";
+    c.single().ring(7).run(20).dtypes(BF16, BF16).shape(2, 1, 32, 16).sr(0x5eed);
+    c.pad = Pad::Negative;
+    add(c);
+    c.multi(4).ring(16).run(20).dtypes(F16, F16).sr(0xfeedbeefcafe, 7);
+    c.speculative = true;
+    add(c);
+    c.varlen(4).ring(8).run(16).dtypes(BF16, F32).sr(12345, 1);
+    c.speculative = false;
+    add(c);
+    c.single().ring(1).run(12).dtypes(F16, BF16).sr(0xdeadbeef, 32);
+    add(c);
+  }
+
+  // Layouts: padded strides everywhere, entry-major rings.
+  {
+    ReplayCase c;
+    c.tag = "layout";
+    c.single().ring(7).run(20).shape(2, 1, 16, 16);
+    c.layout = kReplayPadded;
+    c.pad = Pad::Negative;
+    add(c);
+    c.multi(4).ring(8).run(16).dtypes(BF16, BF16);
+    c.speculative = true;
+    add(c);
+    c.layout = kReplayEntryMajor;
+    c.multi(2).ring(7).dtypes(I16, F16);
+    add(c);
+    c = ReplayCase();
+    c.tag = "layout_mamba1";
+    c.mamba1_layer(32, 16).varlen(2).ring(5).run(14).dtypes(F16, F32);
+    c.layout = kReplayPadded | kReplayEntryMajor;
+    c.pad = Pad::PadSlotId;
+    add(c);
+  }
+
+  // Slots that start mid-ring (counters and ring entries of earlier calls).
+  {
+    ReplayCase c;
+    c.tag = "warm_start";
+    c.single().ring(16).run(24).shape(2, 1, 16, 16);
+    c.warm_start = true;
+    add(c);
+    c.multi(4).ring(7).run(14).dtypes(BF16, BF16);
+    c.speculative = true;
+    c.pad = Pad::Negative;
+    add(c);
+    c.varlen(8).ring(16).run(12).dtypes(I16, BF16);
+    c.speculative = false;
+    add(c);
+  }
+
+  // Optional inputs absent, no softplus, steps beyond softplus' threshold.
+  {
+    ReplayCase c;
+    c.tag = "optional_inputs";
+    c.multi(2).ring(4).run(12).shape(2, 1, 16, 16);
+    c.has_D = false;
+    c.has_z = false;
+    add(c);
+    c.has_D = true;
+    c.has_dt_bias = false;
+    add(c);
+    c.has_z = true;
+    c.has_dt_bias = true;
+    c.softplus = false;
+    add(c);
+    c.softplus = true;
+    c.large_dt = true;
+    c.single().ring(7).run(16).dtypes(BF16, BF16);
+    add(c);
+  }
+
+  // Shapes: groups, larger dstate and dim.
+  {
+    ReplayCase c;
+    c.tag = "shapes";
+    c.single().ring(7).run(16).shape(4, 2, 32, 64);
+    c.pad = Pad::Negative;
+    add(c);
+    c.multi(4).ring(8).run(12).shape(4, 4, 16, 128).dtypes(BF16, BF16);
+    c.speculative = true;
+    add(c);
+    c.single().ring(16).run(24).shape(8, 1, 64, 16).dtypes(F32, BF16);
+    c.speculative = false;
+    c.batch = 4;
+    add(c);
+  }
+
+  // Round trips (SPEC section 7): replay + flush against the plain update
+  // fed the committed tokens. f32: bit-identical.
+  for (int64_t L : {1, 2, 7, 16}) {
+    ReplayCase c;
+    c.tag = "round_trip";
+    c.single().ring(L).run(std::max(16, int(2 * L + 6))).shape(2, 1, 16, 16);
+    c.round_trip = true;
+    c.pad = Pad::Negative;
+    c.index = L % 2 ? I32 : I64;
+    add(c);
+    ReplayCase s = c;
+    s.tag = "round_trip_speculative";
+    if (L >= 4) s.multi(4);
+    else s.multi(L);
+    s.speculative = true;
+    s.run(std::max(14, int(L + 8)));
+    add(s);
+  }
+  {
+    ReplayCase c;
+    c.tag = "round_trip_varlen";
+    c.varlen(4).ring(7).run(14).shape(2, 1, 16, 16);
+    c.round_trip = true;
+    c.speculative = true;
+    c.pad = Pad::PadSlotId;
+    add(c);
+    c.tag = "round_trip_mamba1";
+    c.mamba1_layer(32, 16).single().ring(7).run(16);
+    c.speculative = false;
+    c.pad = Pad::Negative;
+    add(c);
+  }
+  // 16-bit checkpoints: within tolerance of the plain update and no worse
+  // against float64; with L = 1 every step stores what the plain update
+  // stores, so the bits agree for every format.
+  for (ssu_dtype_t st : {BF16, F16, I16}) {
+    ReplayCase c;
+    c.tag = "round_trip_16bit";
+    c.dtypes(st, st == I16 ? F32 : st).shape(2, 1, 16, 16);
+    c.round_trip = true;
+    c.pad = Pad::Negative;
+    c.single().ring(1).run(12);
+    add(c);
+    c.single().ring(7).run(24);
+    add(c);
+    c.multi(4).ring(16).run(20);
+    c.speculative = true;
+    add(c);
+  }
+  {
+    ReplayCase c;
+    c.tag = "round_trip_stochastic";
+    c.dtypes(BF16, BF16).shape(2, 1, 16, 16).sr(0xabcdef);
+    c.round_trip = true;
+    c.pad = Pad::Negative;
+    c.single().ring(1).run(12);
+    add(c);
+    c.dtypes(F16, F16).sr(0x1234567, 5);
+    c.multi(4).ring(7).run(16);
+    c.speculative = true;
+    add(c);
+  }
+  return v;
+}
+
+std::vector<ReplayCase> replay_long_case_table() {
+  std::vector<ReplayCase> v;
+  uint64_t seed = 9000;
+  auto add = [&](ReplayCase c) {
+    c.seed = seed++;
+    v.push_back(c);
+  };
+  const ssu_dtype_t sts[] = {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16};
+  for (ssu_dtype_t st : sts)
+    for (int64_t L : {16, 32}) {
+      ReplayCase c;
+      c.tag = "long_serving";
+      c.single().ring(L).run(int(2 * L + 8)).shape(8, 1, 64, 128);
+      c.dtypes(st, SSU_DTYPE_BF16);
+      c.batch = 64;
+      c.spare_active = 16;
+      c.pad = Pad::Negative;
+      if (st == SSU_DTYPE_BF16) c.sr(0x77);
+      add(c);
+      ReplayCase s = c;
+      s.tag = "long_speculative";
+      s.multi(4).run(int(L + 8));
+      s.batch = 32;
+      s.speculative = true;
+      add(s);
+    }
+  ReplayCase m;
+  m.tag = "long_mamba1";
+  m.mamba1_layer(1024, 16).single().ring(16).run(40).dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16);
+  m.batch = 32;
+  add(m);
+  return v;
+}
+
+}  // namespace ssutest
