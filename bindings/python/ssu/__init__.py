@@ -19,21 +19,31 @@ array as ``ssu.tensor(array, dtype="bf16")``.
 The Mamba-3 decode step and rotary step follow the same pattern:
 ``ctx.plan_mamba3_step(state=..., prev_B=..., prev_x=..., A=..., ...)`` and
 ``ctx.plan_mamba3_rotary(angle_state=..., angle_rate=..., dt=..., q=..., ...)``.
+Checkpointed (replay) decode, experimental like the C API:
+``plan = ctx.plan_replay(state=ckpt, ring_x=..., ring_B=..., ring_dt=...,
+committed=..., pending=..., x=..., ...)``, ``plan.execute(...)`` per step
+and ``plan.flush(state=..., ring_x=..., ..., A=A, src_index=slots)``
+(also ``ssu.plan_replay(ctx, ...)``, ``ssu.execute_replay(plan, ...)`` and
+``ssu.replay_flush(plan, ...)``).
 Stochastic rounding of f16/bf16 states takes ``rounding_seed``, a
 one-element uint64 array the library reads when the update runs;
 ``ctx.advance_seed(seed, increment)`` advances it.
 """
 
 from . import _lib
-from ._api import BoundUpdate, Context, Plan, SsuError, advance_seed
+from ._api import (BoundUpdate, Context, Plan, SsuError, advance_seed, execute_replay,
+                   plan_replay, replay_flush)
 from ._tensor import dtype_code, tensor
 
 __all__ = ["Context", "Plan", "BoundUpdate", "SsuError", "tensor", "dtype_code",
-           "advance_seed", "version", "version_string", "library_path", "status_string",
-           "struct_size"]
+           "advance_seed", "plan_replay", "execute_replay", "replay_flush", "has_replay",
+           "version", "version_string", "library_path", "status_string", "struct_size"]
 __version__ = "0.2.0"
 
 library_path = _lib.lib_path
+# Whether the loaded library has the replay entry points (a library built
+# before them loads too; planning a replay then raises SsuError).
+has_replay = _lib.has_replay
 
 
 def version():
@@ -53,7 +63,9 @@ def status_string(status):
 def struct_size(name):
     """sizeof() of a libssu struct as the loaded library knows it, by name:
     "tensor", "state_pool", "context_options", "plan_options", "plan_info",
-    "update_args", "mamba3_step_args", "mamba3_rotary_args"."""
+    "update_args", "mamba3_step_args", "mamba3_rotary_args", "replay_ring",
+    "replay_args", "replay_flush_args" (0 for a library without replay)."""
     ids = {"tensor": 1, "state_pool": 2, "context_options": 3, "plan_options": 4,
-           "plan_info": 5, "update_args": 6, "mamba3_step_args": 7, "mamba3_rotary_args": 8}
+           "plan_info": 5, "update_args": 6, "mamba3_step_args": 7, "mamba3_rotary_args": 8,
+           "replay_ring": 9, "replay_args": 10, "replay_flush_args": 11}
     return _lib.lib.ssu_struct_size(ids[name])

@@ -38,14 +38,15 @@ _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
 # The library's algorithm names (ssu_plan_info_t.algorithm_name).
 _ALGORITHMS = {"auto": _lib.ALGORITHM_AUTO, "cpu_rows": _lib.ALGORITHM_CPU_ROWS,
                "cuda_simple": _lib.ALGORITHM_CUDA_SIMPLE, "cuda_tma": _lib.ALGORITHM_CUDA_TMA,
-               "cuda_pipelined": _lib.ALGORITHM_CUDA_PIPELINED}
+               "cuda_pipelined": _lib.ALGORITHM_CUDA_PIPELINED,
+               "cuda_replay": _lib.ALGORITHM_CUDA_REPLAY}
 
 class _Op:
     """One kind of operation: its C argument struct, where each keyword
     argument goes, which tensors the library writes, and its entry points."""
 
     def __init__(self, kind, what, struct, tensor_fields, pool_fields, written, flag_args,
-                 int_args, create, execute):
+                 int_args, create, execute, ring_fields=()):
         self.kind = kind
         self.what = what
         self.struct = struct
@@ -54,10 +55,16 @@ class _Op:
         self.int_args = frozenset(int_args)   # plain integer fields
         self.create = create
         self.execute_name = execute
-        # Where each tensor lives: (in the pool struct?, byte offset).
-        self.where = dict([(n, (True, getattr(_lib.ssu_state_pool_t, n).offset))
+        self.has_ring = hasattr(struct, "ring")
+        self.has_seed = hasattr(struct, "rounding_seed")
+        # Where each tensor lives: (which struct, byte offset), the struct
+        # being "pool" (ssu_state_pool_t), "ring" (ssu_replay_ring_t; keyword
+        # -> field in ring_fields) or "args" (`struct`).
+        self.where = dict([(n, ("pool", getattr(_lib.ssu_state_pool_t, n).offset))
                            for n in pool_fields]
-                          + [(n, (False, getattr(struct, n).offset)) for n in tensor_fields])
+                          + [(n, ("ring", getattr(_lib.ssu_replay_ring_t, f).offset))
+                             for n, f in ring_fields]
+                          + [(n, ("args", getattr(struct, n).offset)) for n in tensor_fields])
 
 
 _UPDATE = _Op(
@@ -84,6 +91,30 @@ _MAMBA3_ROTARY = _Op(
     {"halved": _lib.MAMBA3_ROTARY_HALVED},
     ("pad_slot_id",),
     "ssu_plan_create_mamba3_rotary", "ssu_plan_execute_mamba3_rotary")
+
+
+# Replay keywords of the ring (ssu_replay_ring_t): its x, B and dt are
+# prefixed so that they do not collide with the step's own x, B and dt.
+_RING_FIELDS = (("ring_x", "x"), ("ring_B", "B"), ("ring_dt", "dt"),
+                ("committed", "committed"), ("pending", "pending"))
+_RING_NAMES = tuple(n for n, _ in _RING_FIELDS)
+
+_REPLAY = _Op(
+    "replay", "replay", _lib.ssu_replay_args_t,
+    _lib.REPLAY_TENSOR_FIELDS, ("state", "state_scale"),
+    ("state", "state_scale", "out") + _RING_NAMES,
+    {"dt_softplus": _lib.UPDATE_DT_SOFTPLUS,
+     "disable_state_update": _lib.UPDATE_DISABLE_STATE_UPDATE},
+    ("pad_slot_id", "max_tokens", "rounding_rounds"),
+    "ssu_plan_create_replay", "ssu_plan_execute_replay", _RING_FIELDS)
+
+_REPLAY_FLUSH = _Op(
+    "replay_flush", "replay flush", _lib.ssu_replay_flush_args_t,
+    _lib.REPLAY_FLUSH_TENSOR_FIELDS, ("state", "state_scale"),
+    ("state", "state_scale", "committed", "pending"),
+    {},
+    ("pad_slot_id", "rounding_rounds"),
+    None, "ssu_plan_execute_replay_flush", _RING_FIELDS)
 
 
 def _stream_int(stream):
@@ -193,6 +224,19 @@ class Context(_Handle):
         Plan for rotary steps of their kind (ssu_mamba3_rotary_args_t)."""
         return Plan(self, args, algorithm, _MAMBA3_ROTARY)
 
+    def plan_replay(self, algorithm="auto", **args):
+        """Validates the arguments of a replay (checkpointed decode) step and
+        creates a Plan for replay steps of their kind (ssu_replay_args_t):
+        the update's keywords (``state`` is the checkpoint pool; no
+        ``dst_index``, intermediate states or ``num_accepted_tokens``), the
+        ring as ``ring_x (S, L, H, P)``, ``ring_B (S, L, G, N)``,
+        ``ring_dt (S, L, H)`` f32 (``(S, L, H, P)`` for a per-channel step
+        size), ``committed`` and ``pending (S,)`` int32, and optionally
+        ``num_accepted (Bt,)`` (speculative decoding). Run steps with
+        Plan.execute() or Plan.bind(), flushes with Plan.flush() or
+        Plan.bind_flush(). Experimental like the C API."""
+        return Plan(self, args, algorithm, _REPLAY)
+
     def _once(self, op, stream, args):
         plan = Plan(self, args, "auto", op)
         try:
@@ -213,6 +257,10 @@ class Context(_Handle):
         """Plans and runs one Mamba-3 rotary step (see update())."""
         self._once(_MAMBA3_ROTARY, stream, args)
 
+    def replay(self, stream=0, **args):
+        """Plans and runs one replay step (see update() and plan_replay())."""
+        self._once(_REPLAY, stream, args)
+
     def advance_seed(self, seed, increment=1, stream=0):
         """Adds `increment` (wrapping) to the uint64 in `seed`, a one-element
         uint64 (or int64) array in the context's memory (host for the CPU,
@@ -227,6 +275,24 @@ class Context(_Handle):
 def advance_seed(context, seed, increment=1, stream=0):
     """ssu_advance_seed: see Context.advance_seed."""
     context.advance_seed(seed, increment, stream)
+
+
+def plan_replay(context, algorithm="auto", **args):
+    """ssu_plan_create_replay: see Context.plan_replay."""
+    return context.plan_replay(algorithm, **args)
+
+
+def execute_replay(plan, stream=0, **args):
+    """ssu_plan_execute_replay: runs a replay step with a replay plan (as
+    Plan.execute)."""
+    if plan.kind != "replay":
+        raise TypeError(f"execute_replay needs a replay plan; this plan runs {plan.kind}")
+    plan.execute(stream, **args)
+
+
+def replay_flush(plan, stream=0, **args):
+    """ssu_plan_execute_replay_flush: see Plan.flush."""
+    plan.flush(stream, **args)
 
 
 def _check_device(ctx, name, where):
@@ -270,7 +336,7 @@ class _Args:
     """The C argument structs for one set of Python arguments, plus the
     objects that must stay alive while the library reads them."""
 
-    __slots__ = ("ctx", "op", "pool", "args", "keep", "stream", "ref")
+    __slots__ = ("ctx", "op", "pool", "ring", "args", "keep", "stream", "ref")
 
     def __init__(self, ctx, kwargs, stream, op=_UPDATE):
         self.ctx = ctx
@@ -278,6 +344,10 @@ class _Args:
         self.pool = _lib.ssu_state_pool_t(struct_size=ctypes.sizeof(_lib.ssu_state_pool_t))
         self.args = op.struct(struct_size=ctypes.sizeof(op.struct), pad_slot_id=-1)
         self.args.pool = ctypes.pointer(self.pool)
+        self.ring = None
+        if op.has_ring:
+            self.ring = _lib.ssu_replay_ring_t(struct_size=ctypes.sizeof(_lib.ssu_replay_ring_t))
+            self.args.ring = ctypes.pointer(self.ring)
         self.keep = {}
         self.stream = stream
         self.ref = ctypes.byref(self.args)
@@ -300,18 +370,22 @@ class _Args:
             if name == "error_word":
                 self._set_error_word(value)
                 continue
-            if name == "rounding_seed" and op is _UPDATE:
+            if name == "rounding_seed" and op.has_seed:
                 self._set_seed(value)
                 continue
             try:
-                in_pool, off = op.where[name]
+                struct, off = op.where[name]
             except KeyError:
                 raise TypeError(f"unknown {op.what} argument {name!r}") from None
             keep = []
-            where = describe(value, self.pool if in_pool else a, off, name, name in op.written,
+            where = describe(value, self.struct(struct), off, name, name in op.written,
                              self.stream, keep)
             _check_device(self.ctx, name, where)
             self.keep[name] = keep
+
+    def struct(self, which):
+        """The C struct a tensor lives in: "pool", "ring" or "args"."""
+        return self.pool if which == "pool" else self.ring if which == "ring" else self.args
 
     def _set_seed(self, value):
         if value is None:
@@ -342,10 +416,15 @@ class _Args:
 
 class Plan(_Handle):
     """A validated configuration of one operation: create it with
-    Context.plan_update(), plan_mamba3_step() or plan_mamba3_rotary().
-    ``kind`` names the operation ("update", "mamba3_step", "mamba3_rotary")."""
+    Context.plan_update(), plan_mamba3_step(), plan_mamba3_rotary() or
+    plan_replay(). ``kind`` names the operation ("update", "mamba3_step",
+    "mamba3_rotary", "replay")."""
 
     def __init__(self, ctx, args, algorithm="auto", op=_UPDATE):
+        if op.has_ring and not _lib.has_replay:
+            raise SsuError(_lib.ERROR_NOT_SUPPORTED,
+                           f"{_lib.lib_path} has no replay entry points (ssu_plan_create_replay); "
+                           f"the library predates the replay API")
         self.context = ctx
         self._op = op
         self.kind = op.kind
@@ -394,31 +473,58 @@ class Plan(_Handle):
         the plan on them with nothing left to convert."""
         return BoundUpdate(self, args, _stream_int(stream))
 
+    def _flush_op(self):
+        if self._op is not _REPLAY:
+            raise TypeError(f"a replay flush needs a replay plan (Context.plan_replay); "
+                            f"this plan runs {self.kind}")
+        return _REPLAY_FLUSH
+
+    def flush(self, stream=0, **args):
+        """Replay plans: folds the rings of the slots in ``src_index (K,)``
+        into their checkpoints and zeroes their counters
+        (ssu_plan_execute_replay_flush). Keywords: ``state`` (and
+        ``state_scale``), the ring (``ring_x``, ``ring_B``, ``ring_dt``,
+        ``committed``, ``pending``), ``A`` and ``src_index`` as for the plan;
+        optional ``num_accepted (K,)``, ``pad_slot_id``, ``rounding_seed`` /
+        ``rounding_rounds`` (exactly when the plan rounds stochastically)
+        and ``error_word``."""
+        op = self._flush_op()
+        s = _stream_int(stream)
+        built = _Args(self.context, args, s, op)
+        _check(_L.ssu_plan_execute_replay_flush(self.handle, built.ref, s))
+
+    def bind_flush(self, stream=0, **args):
+        """Replay plans: flush() with its arguments described once (see
+        bind())."""
+        return BoundUpdate(self, args, _stream_int(stream), self._flush_op())
+
 
 class BoundUpdate:
-    """A plan (of any operation) with its argument struct built once:
-    calling it costs one ctypes call. The described arrays stay referenced
-    (alive) by this object. Replace arrays with set(), or only their data
-    pointers with set_data_ptr() (same shapes, strides and dtypes; e.g. the
-    next step's tensors from a preallocated ring, or tensor.data_ptr())."""
+    """A plan (of any operation, or a replay plan's flush) with its
+    argument struct built once: calling it costs one ctypes call. The
+    described arrays stay referenced (alive) by this object. Replace arrays
+    with set(), or only their data pointers with set_data_ptr() (same
+    shapes, strides and dtypes; e.g. the next step's tensors from a
+    preallocated ring, or tensor.data_ptr())."""
 
     __slots__ = ("plan", "_args", "_execute", "_handle", "_ref", "_stream", "_ptrs")
 
-    def __init__(self, plan, args, stream):
+    def __init__(self, plan, args, stream, op=None):
+        op = plan._op if op is None else op
         self.plan = plan
-        self._args = _Args(plan.context, args, stream, plan._op)
-        self._execute = plan._execute
+        self._args = _Args(plan.context, args, stream, op)
+        self._execute = getattr(_L, op.execute_name)
         self._handle = plan.handle
         self._ref = self._args.ref
         self._stream = stream
         # One c_void_p view per data field, made once: a swap is one store.
         self._ptrs = {
-            name: ctypes.c_void_p.from_buffer(self._args.pool if in_pool else self._args.args, off)
-            for name, (in_pool, off) in plan._op.where.items()}
+            name: ctypes.c_void_p.from_buffer(self._args.struct(which), off)
+            for name, (which, off) in op.where.items()}
         for name in ("rounding_seed", "error_word"):
-            if hasattr(plan._op.struct, name):
+            if hasattr(op.struct, name):
                 self._ptrs[name] = ctypes.c_void_p.from_buffer(
-                    self._args.args, getattr(plan._op.struct, name).offset)
+                    self._args.args, getattr(op.struct, name).offset)
 
     def __call__(self, stream=None):
         """Runs the operation; `stream` defaults to the one given to bind()."""

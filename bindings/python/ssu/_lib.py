@@ -70,12 +70,15 @@ ALGORITHM_CPU_ROWS = 1
 ALGORITHM_CUDA_SIMPLE = 2
 ALGORITHM_CUDA_TMA = 3
 ALGORITHM_CUDA_PIPELINED = 4
+ALGORITHM_CUDA_REPLAY = 5
 
 UPDATE_DT_SOFTPLUS = 0x1
 UPDATE_DISABLE_STATE_UPDATE = 0x2
 
 ERROR_BIT_INDEX = 0x1
 ERROR_BIT_SEQLEN = 0x2
+ERROR_BIT_ACCEPTED = 0x4  # replay: a num_accepted entry outside 0..pending (clamped)
+ERROR_BIT_COUNTERS = 0x8  # replay: counters out of range (handled as padding)
 
 MAMBA3_UPDATE_PREV = 0x1
 MAMBA3_ROTARY_HALVED = 0x1
@@ -199,6 +202,63 @@ class ssu_mamba3_rotary_args_t(ctypes.Structure):
     )
 
 
+class ssu_replay_ring_t(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("reserved0", ctypes.c_uint32),
+        ("x", ssu_tensor_t),
+        ("B", ssu_tensor_t),
+        ("dt", ssu_tensor_t),
+        ("committed", ssu_tensor_t),
+        ("pending", ssu_tensor_t),
+    ]
+
+
+REPLAY_TENSOR_FIELDS = (
+    "x", "dt", "A", "B", "C", "D", "dt_bias", "z", "out",
+    "src_index", "cu_seqlens", "num_accepted",
+)
+
+# Fields after error_word shared by the replay step and flush structs.
+_REPLAY_TAIL = [("rounding_seed", ctypes.c_void_p),
+                ("rounding_rounds", ctypes.c_uint32),
+                ("reserved1", ctypes.c_uint32)]
+
+
+class ssu_replay_args_t(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_uint32),
+            ("flags", ctypes.c_uint32),
+            ("pad_slot_id", ctypes.c_int64),
+            ("max_tokens", ctypes.c_int64),
+            ("pool", ctypes.POINTER(ssu_state_pool_t)),
+            ("ring", ctypes.POINTER(ssu_replay_ring_t)),
+        ]
+        + [(name, ssu_tensor_t) for name in REPLAY_TENSOR_FIELDS]
+        + [("error_word", ctypes.c_void_p)]
+        + _REPLAY_TAIL
+    )
+
+
+REPLAY_FLUSH_TENSOR_FIELDS = ("A", "src_index", "num_accepted")
+
+
+class ssu_replay_flush_args_t(ctypes.Structure):
+    _fields_ = (
+        [
+            ("struct_size", ctypes.c_uint32),
+            ("flags", ctypes.c_uint32),
+            ("pad_slot_id", ctypes.c_int64),
+            ("pool", ctypes.POINTER(ssu_state_pool_t)),
+            ("ring", ctypes.POINTER(ssu_replay_ring_t)),
+        ]
+        + [(name, ssu_tensor_t) for name in REPLAY_FLUSH_TENSOR_FIELDS]
+        + [("error_word", ctypes.c_void_p)]
+        + _REPLAY_TAIL
+    )
+
+
 def _args_layout(head, tensors, tail=()):
     """Sizes and offsets of an args struct: `head` (name, offset) pairs, then
     112-byte tensors, then error_word and the (name, size) fields of `tail`."""
@@ -224,6 +284,7 @@ def _update_args_layout():
 
 
 _OP_HEAD = (("struct_size", 0), ("flags", 4), ("pad_slot_id", 8), ("pool", 16))
+_REPLAY_TAIL_LAYOUT = (("rounding_seed", 8), ("rounding_rounds", 4), ("reserved1", 4))
 
 
 # Sizes and offsets of ssu.h 0.2 on LP64 platforms (x86-64, aarch64 Linux).
@@ -240,6 +301,14 @@ EXPECTED_LAYOUT = {
     ssu_update_args_t: _update_args_layout(),
     ssu_mamba3_step_args_t: _args_layout(_OP_HEAD, MAMBA3_STEP_TENSOR_FIELDS),
     ssu_mamba3_rotary_args_t: _args_layout(_OP_HEAD, MAMBA3_ROTARY_TENSOR_FIELDS),
+    ssu_replay_ring_t: (568, {"struct_size": 0, "reserved0": 4, "x": 8, "B": 120, "dt": 232,
+                              "committed": 344, "pending": 456}),
+    ssu_replay_args_t: _args_layout(
+        (("struct_size", 0), ("flags", 4), ("pad_slot_id", 8), ("max_tokens", 16), ("pool", 24),
+         ("ring", 32)),
+        REPLAY_TENSOR_FIELDS, _REPLAY_TAIL_LAYOUT),
+    ssu_replay_flush_args_t: _args_layout(_OP_HEAD + (("ring", 24),), REPLAY_FLUSH_TENSOR_FIELDS,
+                                          _REPLAY_TAIL_LAYOUT),
 }
 
 
@@ -299,7 +368,8 @@ def load_library():
 
 
 def declare(lib):
-    """Sets argtypes/restype of every entry point."""
+    """Sets argtypes/restype of every entry point; returns whether the
+    library has the replay entry points."""
     vp = ctypes.c_void_p
     i32 = ctypes.c_int32
     sigs = {
@@ -335,6 +405,25 @@ def declare(lib):
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = res
+    # Replay (experimental in ssu.h 0.2): a library built before it lacks
+    # these; everything else still works and planning a replay raises.
+    replay = {
+        "ssu_plan_create_replay": ([vp, ctypes.POINTER(ssu_replay_args_t),
+                                    ctypes.POINTER(ssu_plan_options_t), ctypes.POINTER(vp)], i32),
+        "ssu_plan_execute_replay": ([vp, ctypes.POINTER(ssu_replay_args_t), vp], i32),
+        "ssu_plan_execute_replay_flush": ([vp, ctypes.POINTER(ssu_replay_flush_args_t), vp],
+                                          i32),
+    }
+    have = [hasattr(lib, name) for name in replay]
+    if not any(have):
+        return False
+    if not all(have):
+        raise ImportError("ssu: the library has only some of the replay entry points")
+    for name, (args, res) in replay.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = res
+    return True
 
 
 # ssu_struct_size() ids (ssu.h SSU_STRUCT_*).
@@ -347,15 +436,22 @@ _STRUCT_IDS = {
     ssu_update_args_t: 6,
     ssu_mamba3_step_args_t: 7,
     ssu_mamba3_rotary_args_t: 8,
+    ssu_replay_ring_t: 9,
+    ssu_replay_args_t: 10,
+    ssu_replay_flush_args_t: 11,
 }
+_REPLAY_STRUCTS = (ssu_replay_ring_t, ssu_replay_args_t, ssu_replay_flush_args_t)
 
 
-def check_library_layout(lib):
+def check_library_layout(lib, has_replay=True):
     """Raises ImportError unless the loaded library's structs fit ours.
 
     Extensible structs only grow, so the library's may be larger (a newer
-    library) but never smaller; ssu_tensor_t is fixed and must be equal."""
+    library) but never smaller; ssu_tensor_t is fixed and must be equal.
+    The replay structs are checked when the library has replay."""
     for struct, sid in _STRUCT_IDS.items():
+        if struct in _REPLAY_STRUCTS and not has_replay:
+            continue
         theirs = lib.ssu_struct_size(sid)
         ours = ctypes.sizeof(struct)
         if theirs < ours or (struct is ssu_tensor_t and theirs != ours):
@@ -366,8 +462,8 @@ def check_library_layout(lib):
 
 check_layout()
 lib, lib_path = load_library()
-declare(lib)
-check_library_layout(lib)
+has_replay = declare(lib)
+check_library_layout(lib, has_replay)
 
 _lib_version = lib.ssu_version()
 # Structs are only ever appended to and the library reads struct_size bytes,

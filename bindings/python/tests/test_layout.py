@@ -36,7 +36,10 @@ def test_ctypes_matches_clang():
                "ssu_plan_info": _lib.ssu_plan_info_t,
                "ssu_update_args": _lib.ssu_update_args_t,
                "ssu_mamba3_step_args": _lib.ssu_mamba3_step_args_t,
-               "ssu_mamba3_rotary_args": _lib.ssu_mamba3_rotary_args_t}
+               "ssu_mamba3_rotary_args": _lib.ssu_mamba3_rotary_args_t,
+               "ssu_replay_ring": _lib.ssu_replay_ring_t,
+               "ssu_replay_args": _lib.ssu_replay_args_t,
+               "ssu_replay_flush_args": _lib.ssu_replay_flush_args_t}
     assert set(structs) <= set(sizes), f"bindgen layout tests missing: {set(structs) - set(sizes)}"
     for cname, struct in structs.items():
         assert ctypes.sizeof(struct) == sizes[cname], cname
@@ -59,7 +62,9 @@ def test_library_struct_sizes():
              "plan_options": _lib.ssu_plan_options_t, "plan_info": _lib.ssu_plan_info_t,
              "update_args": _lib.ssu_update_args_t,
              "mamba3_step_args": _lib.ssu_mamba3_step_args_t,
-             "mamba3_rotary_args": _lib.ssu_mamba3_rotary_args_t}
+             "mamba3_rotary_args": _lib.ssu_mamba3_rotary_args_t,
+             "replay_ring": _lib.ssu_replay_ring_t, "replay_args": _lib.ssu_replay_args_t,
+             "replay_flush_args": _lib.ssu_replay_flush_args_t}
     for name, struct in names.items():
         assert ssu.struct_size(name) == ctypes.sizeof(struct), name
     assert _lib.lib.ssu_struct_size(99) == 0

@@ -49,6 +49,9 @@ pub const SSU_STRUCT_PLAN_INFO: i32 = 5;
 pub const SSU_STRUCT_UPDATE_ARGS: i32 = 6;
 pub const SSU_STRUCT_MAMBA3_STEP_ARGS: i32 = 7;
 pub const SSU_STRUCT_MAMBA3_ROTARY_ARGS: i32 = 8;
+pub const SSU_STRUCT_REPLAY_RING: i32 = 9;
+pub const SSU_STRUCT_REPLAY_ARGS: i32 = 10;
+pub const SSU_STRUCT_REPLAY_FLUSH_ARGS: i32 = 11;
 pub const SSU_BACKEND_AUTO: i32 = 0;
 pub const SSU_BACKEND_CPU: i32 = 1;
 pub const SSU_BACKEND_CUDA: i32 = 2;
@@ -61,8 +64,11 @@ pub const SSU_ALGORITHM_CPU_ROWS: i32 = 1;
 pub const SSU_ALGORITHM_CUDA_SIMPLE: i32 = 2;
 pub const SSU_ALGORITHM_CUDA_TMA: i32 = 3;
 pub const SSU_ALGORITHM_CUDA_PIPELINED: i32 = 4;
+pub const SSU_ALGORITHM_CUDA_REPLAY: i32 = 5;
 pub const SSU_MAMBA3_UPDATE_PREV: i32 = 1;
 pub const SSU_MAMBA3_ROTARY_HALVED: i32 = 1;
+pub const SSU_ERROR_BIT_ACCEPTED: i32 = 4;
+pub const SSU_ERROR_BIT_COUNTERS: i32 = 8;
 pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -2204,6 +2210,944 @@ extern "C" {
     pub fn ssu_plan_execute_mamba3_rotary(
         plan: ssu_plan_t,
         args: *const ssu_mamba3_rotary_args_t,
+        stream: ssu_stream_t,
+    ) -> ssu_status_t;
+}
+#[doc = " The ring buffers and counters of a replay pool; S, H, P, N, G as for the"]
+#[doc = " state pool they belong to, L the ring's capacity in tokens."]
+#[doc = "  - x: (S, L, H, P), the input dtype;"]
+#[doc = "  - B: (S, L, G, N), the input dtype;"]
+#[doc = "  - dt: (S, L, H) f32, or (S, L, H, P) f32 when the step size is per"]
+#[doc = "    channel (per-channel dt or dt_bias, the Mamba-1 layout);"]
+#[doc = "  - committed, pending: (S,) int32."]
+#[doc = " The last axis of x, B and dt must be dense; every other stride is free"]
+#[doc = " (>= 0), so the rings may be slot-major, head-major or live inside larger"]
+#[doc = " buffers. Every tensor is caller memory (device memory for CUDA)."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ssu_replay_ring {
+    pub struct_size: u32,
+    pub reserved0: u32,
+    pub x: ssu_tensor_t,
+    pub B: ssu_tensor_t,
+    pub dt: ssu_tensor_t,
+    pub committed: ssu_tensor_t,
+    pub pending: ssu_tensor_t,
+}
+#[test]
+fn bindgen_test_layout_ssu_replay_ring() {
+    assert_eq!(
+        ::std::mem::size_of::<ssu_replay_ring>(),
+        568usize,
+        concat!("Size of: ", stringify!(ssu_replay_ring))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<ssu_replay_ring>(),
+        8usize,
+        concat!("Alignment of ", stringify!(ssu_replay_ring))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+    fn test_field_x() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).x) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(x)
+            )
+        );
+    }
+    test_field_x();
+    fn test_field_B() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).B) as usize - ptr as usize
+            },
+            120usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(B)
+            )
+        );
+    }
+    test_field_B();
+    fn test_field_dt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dt) as usize - ptr as usize
+            },
+            232usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(dt)
+            )
+        );
+    }
+    test_field_dt();
+    fn test_field_committed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).committed) as usize - ptr as usize
+            },
+            344usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(committed)
+            )
+        );
+    }
+    test_field_committed();
+    fn test_field_pending() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_ring>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pending) as usize - ptr as usize
+            },
+            456usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_ring),
+                "::",
+                stringify!(pending)
+            )
+        );
+    }
+    test_field_pending();
+}
+#[doc = " The ring buffers and counters of a replay pool; S, H, P, N, G as for the"]
+#[doc = " state pool they belong to, L the ring's capacity in tokens."]
+#[doc = "  - x: (S, L, H, P), the input dtype;"]
+#[doc = "  - B: (S, L, G, N), the input dtype;"]
+#[doc = "  - dt: (S, L, H) f32, or (S, L, H, P) f32 when the step size is per"]
+#[doc = "    channel (per-channel dt or dt_bias, the Mamba-1 layout);"]
+#[doc = "  - committed, pending: (S,) int32."]
+#[doc = " The last axis of x, B and dt must be dense; every other stride is free"]
+#[doc = " (>= 0), so the rings may be slot-major, head-major or live inside larger"]
+#[doc = " buffers. Every tensor is caller memory (device memory for CUDA)."]
+pub type ssu_replay_ring_t = ssu_replay_ring;
+#[doc = " Arguments of a replay step: the update's tensors (see ssu_update_args_t)"]
+#[doc = " in its single-token (T = 1), multi-token (Bt, T, ...) or varlen form, with"]
+#[doc = " the slot pool and its ring. Per-head (Mamba-2) and per-channel (Mamba-1)"]
+#[doc = " layouts, every input dtype and every state format of the update apply."]
+#[doc = "  - flags: SSU_UPDATE_DT_SOFTPLUS, SSU_UPDATE_DISABLE_STATE_UPDATE."]
+#[doc = "  - src_index (optional): (Bt,) int32/int64 slots; absent: slot = b."]
+#[doc = "    Padding as for the update: the sequence's outputs are exactly zero and"]
+#[doc = "    nothing of its slot (pool, ring, counters) is read or written."]
+#[doc = "  - num_accepted (optional): (Bt,) int32/int64, how many of the previous"]
+#[doc = "    call's pending tokens the sequence keeps (speculative decoding)."]
+#[doc = "  - T (x.shape[1], or max_tokens in the varlen form) must be <= L. A varlen"]
+#[doc = "    sequence of length <= 0 is skipped: nothing of its slot is touched."]
+#[doc = " Per sequence b with slot s and T_b tokens:"]
+#[doc = "  1. commit: committed[s] += (num_accepted ? num_accepted[b] : pending[s]);"]
+#[doc = "     pending[s] = 0. (num_accepted[b] outside 0..pending[s]: the CPU backend"]
+#[doc = "     rejects the call before writing; CUDA clamps and sets"]
+#[doc = "     SSU_ERROR_BIT_ACCEPTED in *error_word.)"]
+#[doc = "  2. flush if committed[s] + T_b > L: the logical state is stored to ckpt[s]"]
+#[doc = "     exactly as the plain update would store it after the same tokens (the"]
+#[doc = "     same fp32 operation sequence, rounding and stochastic-rounding words,"]
+#[doc = "     for every state format), then committed[s] = 0."]
+#[doc = "  3. out[b, t] for t < T_b: the update's output of token t computed from the"]
+#[doc = "     logical state and this call's tokens 0..t (within the update's"]
+#[doc = "     tolerances; the state itself is never rounded in between)."]
+#[doc = "  4. append: this call's x, B and delta go to ring entries committed[s] .."]
+#[doc = "     committed[s] + T_b - 1; pending[s] = T_b."]
+#[doc = " With SSU_UPDATE_DISABLE_STATE_UPDATE only the outputs are written (no"]
+#[doc = " flush, no append, counters untouched); they are those of steps 1-3."]
+#[doc = " Counters must satisfy 0 <= committed, 0 <= pending, committed + pending"]
+#[doc = " <= L (they do whenever only libssu writes them after zeroing): otherwise"]
+#[doc = " the CPU backend rejects the call before writing and CUDA handles the"]
+#[doc = " sequence as padding and sets SSU_ERROR_BIT_COUNTERS."]
+#[doc = " Ring entries at or beyond committed + pending are never read. Two"]
+#[doc = " sequences of one call naming the same slot is undefined."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ssu_replay_args {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub pad_slot_id: i64,
+    pub max_tokens: i64,
+    pub pool: *const ssu_state_pool_t,
+    pub ring: *const ssu_replay_ring_t,
+    pub x: ssu_tensor_t,
+    pub dt: ssu_tensor_t,
+    pub A: ssu_tensor_t,
+    pub B: ssu_tensor_t,
+    pub C: ssu_tensor_t,
+    pub D: ssu_tensor_t,
+    pub dt_bias: ssu_tensor_t,
+    pub z: ssu_tensor_t,
+    pub out: ssu_tensor_t,
+    pub src_index: ssu_tensor_t,
+    pub cu_seqlens: ssu_tensor_t,
+    pub num_accepted: ssu_tensor_t,
+    pub error_word: *mut u32,
+    pub rounding_seed: *const u64,
+    pub rounding_rounds: u32,
+    pub reserved1: u32,
+}
+#[test]
+fn bindgen_test_layout_ssu_replay_args() {
+    assert_eq!(
+        ::std::mem::size_of::<ssu_replay_args>(),
+        1408usize,
+        concat!("Size of: ", stringify!(ssu_replay_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<ssu_replay_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(ssu_replay_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_pad_slot_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pad_slot_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(pad_slot_id)
+            )
+        );
+    }
+    test_field_pad_slot_id();
+    fn test_field_max_tokens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).max_tokens) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(max_tokens)
+            )
+        );
+    }
+    test_field_max_tokens();
+    fn test_field_pool() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pool) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(pool)
+            )
+        );
+    }
+    test_field_pool();
+    fn test_field_ring() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ring) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(ring)
+            )
+        );
+    }
+    test_field_ring();
+    fn test_field_x() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).x) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(x)
+            )
+        );
+    }
+    test_field_x();
+    fn test_field_dt() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dt) as usize - ptr as usize
+            },
+            152usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(dt)
+            )
+        );
+    }
+    test_field_dt();
+    fn test_field_A() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).A) as usize - ptr as usize
+            },
+            264usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(A)
+            )
+        );
+    }
+    test_field_A();
+    fn test_field_B() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).B) as usize - ptr as usize
+            },
+            376usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(B)
+            )
+        );
+    }
+    test_field_B();
+    fn test_field_C() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).C) as usize - ptr as usize
+            },
+            488usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(C)
+            )
+        );
+    }
+    test_field_C();
+    fn test_field_D() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).D) as usize - ptr as usize
+            },
+            600usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(D)
+            )
+        );
+    }
+    test_field_D();
+    fn test_field_dt_bias() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dt_bias) as usize - ptr as usize
+            },
+            712usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(dt_bias)
+            )
+        );
+    }
+    test_field_dt_bias();
+    fn test_field_z() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).z) as usize - ptr as usize
+            },
+            824usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(z)
+            )
+        );
+    }
+    test_field_z();
+    fn test_field_out() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).out) as usize - ptr as usize
+            },
+            936usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(out)
+            )
+        );
+    }
+    test_field_out();
+    fn test_field_src_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).src_index) as usize - ptr as usize
+            },
+            1048usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(src_index)
+            )
+        );
+    }
+    test_field_src_index();
+    fn test_field_cu_seqlens() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).cu_seqlens) as usize - ptr as usize
+            },
+            1160usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(cu_seqlens)
+            )
+        );
+    }
+    test_field_cu_seqlens();
+    fn test_field_num_accepted() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_accepted) as usize - ptr as usize
+            },
+            1272usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(num_accepted)
+            )
+        );
+    }
+    test_field_num_accepted();
+    fn test_field_error_word() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).error_word) as usize - ptr as usize
+            },
+            1384usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(error_word)
+            )
+        );
+    }
+    test_field_error_word();
+    fn test_field_rounding_seed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rounding_seed) as usize - ptr as usize
+            },
+            1392usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(rounding_seed)
+            )
+        );
+    }
+    test_field_rounding_seed();
+    fn test_field_rounding_rounds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rounding_rounds) as usize - ptr as usize
+            },
+            1400usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(rounding_rounds)
+            )
+        );
+    }
+    test_field_rounding_rounds();
+    fn test_field_reserved1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved1) as usize - ptr as usize
+            },
+            1404usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_args),
+                "::",
+                stringify!(reserved1)
+            )
+        );
+    }
+    test_field_reserved1();
+}
+#[doc = " Arguments of a replay step: the update's tensors (see ssu_update_args_t)"]
+#[doc = " in its single-token (T = 1), multi-token (Bt, T, ...) or varlen form, with"]
+#[doc = " the slot pool and its ring. Per-head (Mamba-2) and per-channel (Mamba-1)"]
+#[doc = " layouts, every input dtype and every state format of the update apply."]
+#[doc = "  - flags: SSU_UPDATE_DT_SOFTPLUS, SSU_UPDATE_DISABLE_STATE_UPDATE."]
+#[doc = "  - src_index (optional): (Bt,) int32/int64 slots; absent: slot = b."]
+#[doc = "    Padding as for the update: the sequence's outputs are exactly zero and"]
+#[doc = "    nothing of its slot (pool, ring, counters) is read or written."]
+#[doc = "  - num_accepted (optional): (Bt,) int32/int64, how many of the previous"]
+#[doc = "    call's pending tokens the sequence keeps (speculative decoding)."]
+#[doc = "  - T (x.shape[1], or max_tokens in the varlen form) must be <= L. A varlen"]
+#[doc = "    sequence of length <= 0 is skipped: nothing of its slot is touched."]
+#[doc = " Per sequence b with slot s and T_b tokens:"]
+#[doc = "  1. commit: committed[s] += (num_accepted ? num_accepted[b] : pending[s]);"]
+#[doc = "     pending[s] = 0. (num_accepted[b] outside 0..pending[s]: the CPU backend"]
+#[doc = "     rejects the call before writing; CUDA clamps and sets"]
+#[doc = "     SSU_ERROR_BIT_ACCEPTED in *error_word.)"]
+#[doc = "  2. flush if committed[s] + T_b > L: the logical state is stored to ckpt[s]"]
+#[doc = "     exactly as the plain update would store it after the same tokens (the"]
+#[doc = "     same fp32 operation sequence, rounding and stochastic-rounding words,"]
+#[doc = "     for every state format), then committed[s] = 0."]
+#[doc = "  3. out[b, t] for t < T_b: the update's output of token t computed from the"]
+#[doc = "     logical state and this call's tokens 0..t (within the update's"]
+#[doc = "     tolerances; the state itself is never rounded in between)."]
+#[doc = "  4. append: this call's x, B and delta go to ring entries committed[s] .."]
+#[doc = "     committed[s] + T_b - 1; pending[s] = T_b."]
+#[doc = " With SSU_UPDATE_DISABLE_STATE_UPDATE only the outputs are written (no"]
+#[doc = " flush, no append, counters untouched); they are those of steps 1-3."]
+#[doc = " Counters must satisfy 0 <= committed, 0 <= pending, committed + pending"]
+#[doc = " <= L (they do whenever only libssu writes them after zeroing): otherwise"]
+#[doc = " the CPU backend rejects the call before writing and CUDA handles the"]
+#[doc = " sequence as padding and sets SSU_ERROR_BIT_COUNTERS."]
+#[doc = " Ring entries at or beyond committed + pending are never read. Two"]
+#[doc = " sequences of one call naming the same slot is undefined."]
+pub type ssu_replay_args_t = ssu_replay_args;
+#[doc = " Arguments of a replay flush: folds the rings of a list of slots into their"]
+#[doc = " checkpoints (ckpt = logical state, counters 0), e.g. before a slot is"]
+#[doc = " handed to prefix caching, preemption or the plain update. For each listed"]
+#[doc = " slot s (padding entries are skipped): commit as step 1 of a replay step"]
+#[doc = " (num_accepted[k] when given, else pending[s]), then, if committed[s] > 0,"]
+#[doc = " store the logical state to ckpt[s] exactly as step 2 does; then"]
+#[doc = " committed[s] = pending[s] = 0. Nothing else is written."]
+#[doc = "  - pool, ring: as for the replay plan (same shapes, dtypes and layouts;"]
+#[doc = "    S may differ like for any execute)."]
+#[doc = "  - A: as for the replay plan (the fold recomputes exp(A * delta))."]
+#[doc = "  - src_index: (K,) int32/int64, required; num_accepted: optional, (K,)"]
+#[doc = "    int32/int64. A slot >= S is handled as by a replay step."]
+#[doc = "  - rounding_seed / rounding_rounds: as for the replay plan (required"]
+#[doc = "    exactly when the plan rounds stochastically)."]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ssu_replay_flush_args {
+    pub struct_size: u32,
+    pub flags: u32,
+    pub pad_slot_id: i64,
+    pub pool: *const ssu_state_pool_t,
+    pub ring: *const ssu_replay_ring_t,
+    pub A: ssu_tensor_t,
+    pub src_index: ssu_tensor_t,
+    pub num_accepted: ssu_tensor_t,
+    pub error_word: *mut u32,
+    pub rounding_seed: *const u64,
+    pub rounding_rounds: u32,
+    pub reserved1: u32,
+}
+#[test]
+fn bindgen_test_layout_ssu_replay_flush_args() {
+    assert_eq!(
+        ::std::mem::size_of::<ssu_replay_flush_args>(),
+        392usize,
+        concat!("Size of: ", stringify!(ssu_replay_flush_args))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<ssu_replay_flush_args>(),
+        8usize,
+        concat!("Alignment of ", stringify!(ssu_replay_flush_args))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            4usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
+    fn test_field_pad_slot_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pad_slot_id) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(pad_slot_id)
+            )
+        );
+    }
+    test_field_pad_slot_id();
+    fn test_field_pool() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pool) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(pool)
+            )
+        );
+    }
+    test_field_pool();
+    fn test_field_ring() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ring) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(ring)
+            )
+        );
+    }
+    test_field_ring();
+    fn test_field_A() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).A) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(A)
+            )
+        );
+    }
+    test_field_A();
+    fn test_field_src_index() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).src_index) as usize - ptr as usize
+            },
+            144usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(src_index)
+            )
+        );
+    }
+    test_field_src_index();
+    fn test_field_num_accepted() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).num_accepted) as usize - ptr as usize
+            },
+            256usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(num_accepted)
+            )
+        );
+    }
+    test_field_num_accepted();
+    fn test_field_error_word() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).error_word) as usize - ptr as usize
+            },
+            368usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(error_word)
+            )
+        );
+    }
+    test_field_error_word();
+    fn test_field_rounding_seed() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rounding_seed) as usize - ptr as usize
+            },
+            376usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(rounding_seed)
+            )
+        );
+    }
+    test_field_rounding_seed();
+    fn test_field_rounding_rounds() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).rounding_rounds) as usize - ptr as usize
+            },
+            384usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(rounding_rounds)
+            )
+        );
+    }
+    test_field_rounding_rounds();
+    fn test_field_reserved1() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_replay_flush_args>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved1) as usize - ptr as usize
+            },
+            388usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_replay_flush_args),
+                "::",
+                stringify!(reserved1)
+            )
+        );
+    }
+    test_field_reserved1();
+}
+#[doc = " Arguments of a replay flush: folds the rings of a list of slots into their"]
+#[doc = " checkpoints (ckpt = logical state, counters 0), e.g. before a slot is"]
+#[doc = " handed to prefix caching, preemption or the plain update. For each listed"]
+#[doc = " slot s (padding entries are skipped): commit as step 1 of a replay step"]
+#[doc = " (num_accepted[k] when given, else pending[s]), then, if committed[s] > 0,"]
+#[doc = " store the logical state to ckpt[s] exactly as step 2 does; then"]
+#[doc = " committed[s] = pending[s] = 0. Nothing else is written."]
+#[doc = "  - pool, ring: as for the replay plan (same shapes, dtypes and layouts;"]
+#[doc = "    S may differ like for any execute)."]
+#[doc = "  - A: as for the replay plan (the fold recomputes exp(A * delta))."]
+#[doc = "  - src_index: (K,) int32/int64, required; num_accepted: optional, (K,)"]
+#[doc = "    int32/int64. A slot >= S is handled as by a replay step."]
+#[doc = "  - rounding_seed / rounding_rounds: as for the replay plan (required"]
+#[doc = "    exactly when the plan rounds stochastically)."]
+pub type ssu_replay_flush_args_t = ssu_replay_flush_args;
+extern "C" {
+    #[doc = " Validates `args` and plans replay steps of this kind: everything an update"]
+    #[doc = "  plan fixes (see ssu_plan_create_update) plus the ring's capacity L and"]
+    #[doc = "  its dtypes and layouts; T <= L is checked here. The plan's algorithm is"]
+    #[doc = "  reported by ssu_plan_get_info."]
+    pub fn ssu_plan_create_replay(
+        context: ssu_context_t,
+        args: *const ssu_replay_args_t,
+        options: *const ssu_plan_options_t,
+        out_plan: *mut ssu_plan_t,
+    ) -> ssu_status_t;
+}
+extern "C" {
+    #[doc = " Runs a planned replay step on `stream` (same contract as"]
+    #[doc = "  ssu_plan_execute_update: nothing written on error, CUDA-graph capturable)."]
+    pub fn ssu_plan_execute_replay(
+        plan: ssu_plan_t,
+        args: *const ssu_replay_args_t,
+        stream: ssu_stream_t,
+    ) -> ssu_status_t;
+}
+extern "C" {
+    #[doc = " Runs a replay flush (see ssu_replay_flush_args_t) with a replay plan on"]
+    #[doc = "  `stream`; capturable like ssu_plan_execute_replay."]
+    pub fn ssu_plan_execute_replay_flush(
+        plan: ssu_plan_t,
+        args: *const ssu_replay_flush_args_t,
         stream: ssu_stream_t,
     ) -> ssu_status_t;
 }

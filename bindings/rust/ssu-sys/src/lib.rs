@@ -150,3 +150,65 @@ pub const fn ssu_mamba3_rotary_args_init() -> ssu_mamba3_rotary_args_t {
         error_word: core::ptr::null_mut(),
     }
 }
+
+/// `SSU_REPLAY_RING_INIT`: every tensor absent.
+pub const fn ssu_replay_ring_init() -> ssu_replay_ring_t {
+    let t = ssu_tensor_empty();
+    ssu_replay_ring_t {
+        struct_size: core::mem::size_of::<ssu_replay_ring_t>() as u32,
+        reserved0: 0,
+        x: t,
+        B: t,
+        dt: t,
+        committed: t,
+        pending: t,
+    }
+}
+
+/// `SSU_REPLAY_ARGS_INIT`: every tensor absent, `pad_slot_id` -1.
+pub const fn ssu_replay_args_init() -> ssu_replay_args_t {
+    let t = ssu_tensor_empty();
+    ssu_replay_args_t {
+        struct_size: core::mem::size_of::<ssu_replay_args_t>() as u32,
+        flags: 0,
+        pad_slot_id: -1,
+        max_tokens: 0,
+        pool: core::ptr::null(),
+        ring: core::ptr::null(),
+        x: t,
+        dt: t,
+        A: t,
+        B: t,
+        C: t,
+        D: t,
+        dt_bias: t,
+        z: t,
+        out: t,
+        src_index: t,
+        cu_seqlens: t,
+        num_accepted: t,
+        error_word: core::ptr::null_mut(),
+        rounding_seed: core::ptr::null(),
+        rounding_rounds: 0,
+        reserved1: 0,
+    }
+}
+
+/// `SSU_REPLAY_FLUSH_ARGS_INIT`: every tensor absent, `pad_slot_id` -1.
+pub const fn ssu_replay_flush_args_init() -> ssu_replay_flush_args_t {
+    let t = ssu_tensor_empty();
+    ssu_replay_flush_args_t {
+        struct_size: core::mem::size_of::<ssu_replay_flush_args_t>() as u32,
+        flags: 0,
+        pad_slot_id: -1,
+        pool: core::ptr::null(),
+        ring: core::ptr::null(),
+        A: t,
+        src_index: t,
+        num_accepted: t,
+        error_word: core::ptr::null_mut(),
+        rounding_seed: core::ptr::null(),
+        rounding_rounds: 0,
+        reserved1: 0,
+    }
+}

@@ -45,6 +45,15 @@ fn initializers_set_struct_size() {
     );
     assert_eq!(ssu_mamba3_rotary_args_init().pad_slot_id, -1);
     assert!(ssu_update_args_init().rounding_seed.is_null());
+    assert_eq!(ssu_replay_ring_init().struct_size as usize, std::mem::size_of::<ssu_replay_ring_t>());
+    assert_eq!(ssu_replay_args_init().struct_size as usize, std::mem::size_of::<ssu_replay_args_t>());
+    assert_eq!(ssu_replay_args_init().pad_slot_id, -1);
+    assert!(ssu_replay_args_init().ring.is_null());
+    assert_eq!(
+        ssu_replay_flush_args_init().struct_size as usize,
+        std::mem::size_of::<ssu_replay_flush_args_t>()
+    );
+    assert_eq!(ssu_replay_flush_args_init().pad_slot_id, -1);
 }
 
 /// The library's own sizeof() of every struct equals the one bindgen saw.
@@ -61,6 +70,9 @@ fn struct_sizes_match_library() {
         (SSU_STRUCT_UPDATE_ARGS, size_of::<ssu_update_args_t>()),
         (SSU_STRUCT_MAMBA3_STEP_ARGS, size_of::<ssu_mamba3_step_args_t>()),
         (SSU_STRUCT_MAMBA3_ROTARY_ARGS, size_of::<ssu_mamba3_rotary_args_t>()),
+        (SSU_STRUCT_REPLAY_RING, size_of::<ssu_replay_ring_t>()),
+        (SSU_STRUCT_REPLAY_ARGS, size_of::<ssu_replay_args_t>()),
+        (SSU_STRUCT_REPLAY_FLUSH_ARGS, size_of::<ssu_replay_flush_args_t>()),
     ];
     for (id, size) in want {
         assert_eq!(unsafe { ssu_struct_size(id) }, size, "struct id {id}");

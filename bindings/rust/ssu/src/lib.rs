@@ -34,6 +34,10 @@
 //! context outlives its plans. Descriptors borrow the slices they describe
 //! for as long as the [`UpdateArgs`] that holds them lives; descriptors of
 //! raw (e.g. device) pointers are made with `unsafe` constructors.
+//!
+//! The Mamba-3 step ([`Mamba3StepArgs`], [`Mamba3RotaryArgs`]) and the
+//! checkpointed (replay) decode ([`ReplayArgs`], [`ReplayFlushArgs`],
+//! [`ReplayRing`]; experimental like the C API) follow the same pattern.
 
 use std::ffi::{c_void, CStr};
 use std::fmt;
@@ -534,6 +538,17 @@ impl Context {
         Ok(Mamba3RotaryPlan { raw: RawPlan(raw), _ctx: PhantomData })
     }
 
+    /// Validates `args` and creates a plan for replay (checkpointed decode)
+    /// steps of their kind; the plan also runs replay flushes
+    /// ([`ReplayPlan::flush`]).
+    pub fn plan_replay(&self, args: &ReplayArgs<'_>, algorithm: Option<Algorithm>) -> Result<ReplayPlan<'_>> {
+        let opts = plan_options(algorithm);
+        let c = args.c_args();
+        let mut raw: sys::ssu_plan_t = std::ptr::null_mut();
+        check(unsafe { sys::ssu_plan_create_replay(self.raw, &c.args, &opts, &mut raw) })?;
+        Ok(ReplayPlan { raw: RawPlan(raw), _ctx: PhantomData })
+    }
+
     /// Plans and runs one Mamba-3 step (see [`Context::update`]).
     pub fn mamba3_step(&self, args: &mut Mamba3StepArgs<'_>) -> Result<()> {
         self.plan_mamba3_step(args, None)?.execute(args)
@@ -597,6 +612,9 @@ pub enum Algorithm {
     /// update's single-token forms (and up to 8 tokens) and the Mamba-3
     /// step; the CUDA backend's AUTO picks it there.
     CudaPipelined,
+    /// CUDA: the replay kernels, the only CUDA algorithm of a replay plan
+    /// ([`Context::plan_replay`]).
+    CudaReplay,
     /// A value this crate does not know.
     Other(i32),
 }
@@ -608,6 +626,7 @@ impl Algorithm {
             Algorithm::CudaSimple => sys::SSU_ALGORITHM_CUDA_SIMPLE,
             Algorithm::CudaTma => sys::SSU_ALGORITHM_CUDA_TMA,
             Algorithm::CudaPipelined => sys::SSU_ALGORITHM_CUDA_PIPELINED,
+            Algorithm::CudaReplay => sys::SSU_ALGORITHM_CUDA_REPLAY,
             Algorithm::Other(v) => v,
         }
     }
@@ -617,6 +636,7 @@ impl Algorithm {
             sys::SSU_ALGORITHM_CUDA_SIMPLE => Algorithm::CudaSimple,
             sys::SSU_ALGORITHM_CUDA_TMA => Algorithm::CudaTma,
             sys::SSU_ALGORITHM_CUDA_PIPELINED => Algorithm::CudaPipelined,
+            sys::SSU_ALGORITHM_CUDA_REPLAY => Algorithm::CudaReplay,
             v => Algorithm::Other(v),
         }
     }
@@ -774,6 +794,57 @@ impl Mamba3RotaryPlan<'_> {
         let mut c = args.args;
         c.pool = &*pool;
         check(unsafe { sys::ssu_plan_execute_mamba3_rotary(self.raw.0, &c, stream.0) })
+    }
+
+    /// The raw handle (still owned by `self`).
+    pub fn as_raw(&self) -> sys::ssu_plan_t {
+        self.raw.0
+    }
+}
+
+/// A validated replay (checkpointed decode) configuration: runs replay
+/// steps and replay flushes of its kind; destroyed on drop.
+pub struct ReplayPlan<'ctx> {
+    raw: RawPlan,
+    _ctx: PhantomData<&'ctx Context>,
+}
+
+unsafe impl Send for ReplayPlan<'_> {}
+unsafe impl Sync for ReplayPlan<'_> {}
+
+impl ReplayPlan<'_> {
+    /// Backend and algorithm of the plan.
+    pub fn info(&self) -> Result<PlanInfo> {
+        self.raw.info()
+    }
+
+    /// Runs a replay step on `args` (which must fit the plan) on the legacy
+    /// default stream; synchronously on the CPU. Nothing is written when it
+    /// fails (the CPU backend checks the counters and `num_accepted` first).
+    pub fn execute(&self, args: &mut ReplayArgs<'_>) -> Result<()> {
+        self.execute_on(args, Stream::DEFAULT)
+    }
+
+    /// Runs a replay step on a CUDA stream (see [`Plan::execute_on`]).
+    pub fn execute_on(&self, args: &mut ReplayArgs<'_>, stream: Stream) -> Result<()> {
+        let c = args.c_args();
+        check(unsafe { sys::ssu_plan_execute_replay(self.raw.0, &c.args, stream.0) })
+    }
+
+    /// Folds the rings of the listed slots into their checkpoints and zeroes
+    /// their counters, on the legacy default stream.
+    pub fn flush(&self, args: &mut ReplayFlushArgs<'_>) -> Result<()> {
+        self.flush_on(args, Stream::DEFAULT)
+    }
+
+    /// Runs a replay flush on a CUDA stream (see [`Plan::execute_on`]).
+    pub fn flush_on(&self, args: &mut ReplayFlushArgs<'_>, stream: Stream) -> Result<()> {
+        let pool = Box::new(args.pool);
+        let ring = Box::new(args.ring);
+        let mut c = args.args;
+        c.pool = &*pool;
+        c.ring = &*ring;
+        check(unsafe { sys::ssu_plan_execute_replay_flush(self.raw.0, &c, stream.0) })
     }
 
     /// The raw handle (still owned by `self`).
@@ -1157,6 +1228,263 @@ impl<'a> Mamba3RotaryArgs<'a> {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Replay (checkpointed decode) arguments
+// ---------------------------------------------------------------------------
+
+/// The ring buffers and counters of a replay pool (see `ssu_replay_ring_t`
+/// in ssu.h): `x (S, L, H, P)` and `B (S, L, G, N)` of the input dtype,
+/// `dt (S, L, H)` f32 (`(S, L, H, P)` when the step size is per channel),
+/// `committed` and `pending (S,)` i32, both 0 for a fresh slot.
+pub struct ReplayRing<'a> {
+    raw: sys::ssu_replay_ring_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> ReplayRing<'a> {
+    /// The ring tensors; L is `x`'s second axis.
+    pub fn new(
+        x: TensorMut<'a>,
+        b: TensorMut<'a>,
+        dt: TensorMut<'a>,
+        committed: TensorMut<'a>,
+        pending: TensorMut<'a>,
+    ) -> ReplayRing<'a> {
+        let mut raw = sys::ssu_replay_ring_init();
+        raw.x = x.raw;
+        raw.B = b.raw;
+        raw.dt = dt.raw;
+        raw.committed = committed.raw;
+        raw.pending = pending.raw;
+        ReplayRing { raw, _borrow: PhantomData }
+    }
+
+    /// The C descriptor.
+    pub fn as_raw(&self) -> &sys::ssu_replay_ring_t {
+        &self.raw
+    }
+}
+
+/// The arguments of a replay step (see `ssu_replay_args_t` in ssu.h): the
+/// update's tensors in their single-token, multi-token or varlen form
+/// (`T <= L`), the checkpoint pool and its ring. Required tensors are given
+/// to [`new`](ReplayArgs::new); optional ones and flags are added with the
+/// builder methods.
+pub struct ReplayArgs<'a> {
+    pool: sys::ssu_state_pool_t,
+    ring: sys::ssu_replay_ring_t,
+    args: sys::ssu_replay_args_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+/// The C structs with the pool and ring pointers set; lives on the caller's
+/// stack for the duration of one library call.
+struct CReplayArgs {
+    #[allow(dead_code)]
+    pool: Box<sys::ssu_state_pool_t>,
+    #[allow(dead_code)]
+    ring: Box<sys::ssu_replay_ring_t>,
+    args: sys::ssu_replay_args_t,
+}
+
+impl<'a> ReplayArgs<'a> {
+    /// The required tensors: the checkpoint pool `(S, H, P, N)`, its ring,
+    /// x, dt, A, B, C and out.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        state: TensorMut<'a>,
+        ring: ReplayRing<'a>,
+        x: Tensor<'a>,
+        dt: Tensor<'a>,
+        a: Tensor<'a>,
+        b: Tensor<'a>,
+        c: Tensor<'a>,
+        out: TensorMut<'a>,
+    ) -> ReplayArgs<'a> {
+        let mut pool = sys::ssu_state_pool_init();
+        pool.state = state.raw;
+        let mut args = sys::ssu_replay_args_init();
+        args.x = x.raw;
+        args.dt = dt.raw;
+        args.A = a.raw;
+        args.B = b.raw;
+        args.C = c.raw;
+        args.out = out.raw;
+        ReplayArgs { pool, ring: ring.raw, args, _borrow: PhantomData }
+    }
+
+    fn c_args(&self) -> CReplayArgs {
+        // Boxed so that the addresses are stable while the library reads
+        // them (see UpdateArgs::c_args).
+        let pool = Box::new(self.pool);
+        let ring = Box::new(self.ring);
+        let mut args = self.args;
+        args.pool = &*pool;
+        args.ring = &*ring;
+        CReplayArgs { pool, ring, args }
+    }
+
+    /// Skip connection weight D: `(H,)` or `(H, P)`.
+    pub fn d(mut self, t: Tensor<'a>) -> Self {
+        self.args.D = t.raw;
+        self
+    }
+    /// dt bias: `(H,)` or `(H, P)` (a per-channel bias needs a per-channel
+    /// dt ring).
+    pub fn dt_bias(mut self, t: Tensor<'a>) -> Self {
+        self.args.dt_bias = t.raw;
+        self
+    }
+    /// Gate z, shaped like x.
+    pub fn z(mut self, t: Tensor<'a>) -> Self {
+        self.args.z = t.raw;
+        self
+    }
+    /// Slots `(Bt,)`, int32 or int64 (absent: slot b). Padding entries
+    /// touch nothing of their slot and get zero outputs.
+    pub fn src_index(mut self, t: Tensor<'a>) -> Self {
+        self.args.src_index = t.raw;
+        self
+    }
+    /// Varlen form: `cu_seqlens (Bt+1,)` and the longest allowed length.
+    pub fn varlen(mut self, cu_seqlens: Tensor<'a>, max_tokens: i64) -> Self {
+        self.args.cu_seqlens = cu_seqlens.raw;
+        self.args.max_tokens = max_tokens;
+        self
+    }
+    /// How many of the previous call's pending tokens each sequence keeps
+    /// `(Bt,)`, int32 or int64 (speculative decoding); absent: all of them.
+    pub fn num_accepted(mut self, t: Tensor<'a>) -> Self {
+        self.args.num_accepted = t.raw;
+        self
+    }
+    /// The decode scales `(S, H, P)` f32 of an int16 checkpoint pool.
+    pub fn state_scale(mut self, t: TensorMut<'a>) -> Self {
+        self.pool.state_scale = t.raw;
+        self
+    }
+    /// Stochastic rounding of f16 / bf16 checkpoint stores with this host
+    /// seed (CPU backend), read when the step runs.
+    pub fn rounding_seed(mut self, seed: &'a std::cell::Cell<u64>) -> Self {
+        self.args.rounding_seed = seed.as_ptr();
+        self
+    }
+    /// Stochastic rounding with a seed in raw memory (a device word for
+    /// the CUDA backend), read when the kernel runs.
+    ///
+    /// # Safety
+    /// `seed` must stay valid until the work that reads it is complete.
+    pub unsafe fn rounding_seed_raw(mut self, seed: *const u64) -> Self {
+        self.args.rounding_seed = seed;
+        self
+    }
+    /// Philox rounds of stochastic rounding, 1..=32 (0, the default, means 10).
+    pub fn rounding_rounds(mut self, rounds: u32) -> Self {
+        self.args.rounding_rounds = rounds;
+        self
+    }
+    /// dt = softplus(dt + dt_bias).
+    pub fn dt_softplus(mut self, on: bool) -> Self {
+        set_bit(&mut self.args.flags, sys::SSU_UPDATE_DT_SOFTPLUS as u32, on);
+        self
+    }
+    /// Write only the outputs: no flush, no append, counters untouched.
+    pub fn disable_state_update(mut self, on: bool) -> Self {
+        set_bit(&mut self.args.flags, sys::SSU_UPDATE_DISABLE_STATE_UPDATE as u32, on);
+        self
+    }
+    /// An additional slot value that marks padding (default -1).
+    pub fn pad_slot_id(mut self, id: i64) -> Self {
+        self.args.pad_slot_id = id;
+        self
+    }
+    /// A device word the CUDA backend ORs `SSU_ERROR_BIT_*` into
+    /// (`SSU_ERROR_BIT_ACCEPTED`, `SSU_ERROR_BIT_COUNTERS` among them).
+    ///
+    /// # Safety
+    /// `word` must be a device pointer valid until the work completes.
+    pub unsafe fn error_word(mut self, word: *mut u32) -> Self {
+        self.args.error_word = word;
+        self
+    }
+    /// Raw flag bits.
+    pub fn flags(mut self, flags: u32) -> Self {
+        self.args.flags = flags;
+        self
+    }
+}
+
+/// The arguments of a replay flush (see `ssu_replay_flush_args_t` in
+/// ssu.h): for each listed slot, commit (all pending tokens, or
+/// `num_accepted`), store the logical state to the checkpoint, zero the
+/// counters. Pool and ring as for the plan; `A` as for the plan.
+pub struct ReplayFlushArgs<'a> {
+    pool: sys::ssu_state_pool_t,
+    ring: sys::ssu_replay_ring_t,
+    args: sys::ssu_replay_flush_args_t,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> ReplayFlushArgs<'a> {
+    /// The checkpoint pool `(S, H, P, N)`, its ring, A, and the slots to
+    /// flush `src_index (K,)` int32 or int64 (padding entries are skipped).
+    pub fn new(
+        state: TensorMut<'a>,
+        ring: ReplayRing<'a>,
+        a: Tensor<'a>,
+        src_index: Tensor<'a>,
+    ) -> ReplayFlushArgs<'a> {
+        let mut pool = sys::ssu_state_pool_init();
+        pool.state = state.raw;
+        let mut args = sys::ssu_replay_flush_args_init();
+        args.A = a.raw;
+        args.src_index = src_index.raw;
+        ReplayFlushArgs { pool, ring: ring.raw, args, _borrow: PhantomData }
+    }
+    /// How many pending tokens each listed slot keeps `(K,)`; absent: all.
+    pub fn num_accepted(mut self, t: Tensor<'a>) -> Self {
+        self.args.num_accepted = t.raw;
+        self
+    }
+    /// The decode scales `(S, H, P)` f32 of an int16 checkpoint pool.
+    pub fn state_scale(mut self, t: TensorMut<'a>) -> Self {
+        self.pool.state_scale = t.raw;
+        self
+    }
+    /// The host seed of a plan that rounds stochastically (CPU backend);
+    /// required exactly when the plan does.
+    pub fn rounding_seed(mut self, seed: &'a std::cell::Cell<u64>) -> Self {
+        self.args.rounding_seed = seed.as_ptr();
+        self
+    }
+    /// A seed in raw memory (a device word for the CUDA backend).
+    ///
+    /// # Safety
+    /// `seed` must stay valid until the work that reads it is complete.
+    pub unsafe fn rounding_seed_raw(mut self, seed: *const u64) -> Self {
+        self.args.rounding_seed = seed;
+        self
+    }
+    /// Philox rounds, as given to the plan (0 means 10).
+    pub fn rounding_rounds(mut self, rounds: u32) -> Self {
+        self.args.rounding_rounds = rounds;
+        self
+    }
+    /// An additional slot value that marks padding (default -1).
+    pub fn pad_slot_id(mut self, id: i64) -> Self {
+        self.args.pad_slot_id = id;
+        self
+    }
+    /// A device word the CUDA backend ORs `SSU_ERROR_BIT_*` into.
+    ///
+    /// # Safety
+    /// `word` must be a device pointer valid until the work completes.
+    pub unsafe fn error_word(mut self, word: *mut u32) -> Self {
+        self.args.error_word = word;
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1168,12 +1496,14 @@ mod tests {
             (Algorithm::CudaSimple, sys::SSU_ALGORITHM_CUDA_SIMPLE),
             (Algorithm::CudaTma, sys::SSU_ALGORITHM_CUDA_TMA),
             (Algorithm::CudaPipelined, sys::SSU_ALGORITHM_CUDA_PIPELINED),
+            (Algorithm::CudaReplay, sys::SSU_ALGORITHM_CUDA_REPLAY),
         ];
         for (alg, raw) in known {
             assert_eq!(alg.raw(), raw, "{alg:?}");
             assert_eq!(Algorithm::from_raw(raw), alg, "{raw}");
         }
         assert_eq!(sys::SSU_ALGORITHM_CUDA_PIPELINED, 4);
+        assert_eq!(sys::SSU_ALGORITHM_CUDA_REPLAY, 5);
         assert_eq!(Algorithm::from_raw(1000), Algorithm::Other(1000));
         assert_eq!(Algorithm::Other(1000).raw(), 1000);
         assert_eq!(plan_options(None).algorithm, sys::SSU_ALGORITHM_AUTO);
