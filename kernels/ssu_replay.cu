@@ -48,7 +48,7 @@ constexpr int kReplayChunksInFlight = 8;
 // Resident blocks per SM the register budget must allow: the append path
 // needs few registers beyond its chunks in flight; the fold path (flush
 // steps, per-channel layouts) fits the same budget.
-constexpr int kReplayMinBlocks = 6 * 128 / SSU_CUDA_REPLAY_THREADS;
+constexpr int kReplayMinBlocks = 8 * 128 / SSU_CUDA_REPLAY_THREADS;
 
 // Converts a lane's raw chunks of a row (KC at most 2) to fp32 v[k*VEC ..];
 // chunks past the row (ci >= chunks) are zeros.
