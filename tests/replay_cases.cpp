@@ -370,6 +370,41 @@ std::vector<ReplayCase> replay_case_table() {
     c.speculative = true;
     add(c);
   }
+  // Every checkpoint store against the plain update over the same tokens
+  // from the same checkpoint: the same bits in every format (RN, SR, int16).
+  {
+    struct F {
+      ssu_dtype_t state, input;
+      bool sr;
+    };
+    const F fs[] = {{F32, BF16, false}, {BF16, BF16, false}, {F16, F32, false},
+                    {I16, BF16, false}, {BF16, F32, true},   {F16, F16, true}};
+    int i = 0;
+    for (const F& f : fs) {
+      ReplayCase c;
+      c.tag = "flush_exact";
+      c.dtypes(f.state, f.input).shape(2, 1, 32, 16);
+      if (f.sr) c.sr(0x51ed + uint64_t(i), i % 2 ? 0 : 3);
+      c.flush_exact = true;
+      c.pad = Pad::Negative;
+      if (i % 3 == 0) c.single().ring(7).run(24);
+      if (i % 3 == 1) c.multi(4).ring(16).run(20);
+      if (i % 3 == 2) c.varlen(4).ring(8).run(18);
+      c.speculative = i % 3 != 0;
+      c.index = i % 2 ? I64 : I32;
+      add(c);
+      ++i;
+    }
+    ReplayCase c;
+    c.tag = "flush_exact_mamba1";
+    c.mamba1_layer(64, 16).single().ring(2).run(12).dtypes(I16, F32);
+    c.flush_exact = true;
+    add(c);
+    c.mamba1_dt_per_head = true;
+    c.multi(2).ring(5).dtypes(BF16, BF16).sr(77);
+    c.speculative = true;
+    add(c);
+  }
   return v;
 }
 

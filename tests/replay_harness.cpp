@@ -213,6 +213,7 @@ std::string describe(const ReplayCase& c) {
   if (c.layout & kReplayEntryMajor) o << " entry_major";
   if (c.stochastic) o << " sr(seed=" << c.rounding_seed << ",rounds=" << c.rounding_rounds << ")";
   if (c.round_trip) o << " round_trip";
+  if (c.flush_exact) o << " flush_exact";
   o << " extra_slots=" << c.extra_slots << " spare_active=" << c.spare_active
     << " seed=" << c.seed;
   return o.str();
@@ -255,6 +256,7 @@ struct ReplayProblem::Impl {
   // Round trip.
   std::vector<double> traj;  // float64 trajectory of the plain update (S, H, P, N)
   std::vector<std::vector<ReplayToken>> pending_tokens;  // per slot
+  std::vector<std::vector<ReplayToken>> fold_tokens;     // per slot: committed since its last store
   std::vector<bool> ever_active;
 
   Impl(const ReplayCase& cs, Memory& m)
@@ -435,8 +437,10 @@ void ReplayProblem::Impl::build() {
   i16 = c.state == SSU_DTYPE_I16;
   if (c.stochastic && c.state != SSU_DTYPE_F16 && c.state != SSU_DTYPE_BF16)
     throw std::logic_error("ReplayProblem: stochastic rounding needs a 16-bit float state");
-  if (c.round_trip && c.warm_start)
+  if ((c.round_trip || c.flush_exact) && c.warm_start)
     throw std::logic_error("ReplayProblem: a round trip starts from fresh slots");
+  if (c.round_trip && c.flush_exact)
+    throw std::logic_error("ReplayProblem: round_trip and flush_exact share the plain pool");
   has_src = c.index != SSU_DTYPE_INVALID;
   pad_on = has_src && c.pad != Pad::None;
   acc_dtype = c.accepted != SSU_DTYPE_INVALID ? c.accepted : has_src ? c.index : SSU_DTYPE_I32;
@@ -514,11 +518,11 @@ void ReplayProblem::Impl::build() {
   kcap = int64_t(active.size()) + 1 + 2;
   fidx = make("flush_index", has_src ? c.index : SSU_DTYPE_I64, {kcap}, {}, istep, {});
   if (c.speculative) facc = make("flush_accepted", acc_dtype, {kcap}, {}, istep, {});
-  if (c.round_trip) {
+  if (c.round_trip || c.flush_exact) {
     pstate = make("plain_state", c.state, {S, H, P, N}, {}, 1, {0, pv(64), 0, 0});
     if (i16) pscale = make("plain_state_scale", SSU_DTYPE_F32, {S, H, P}, {}, 1, {0, pv(16), 0});
     pent_cap = std::max(Bt, kcap);
-    prows_cap = pent_cap * T;
+    prows_cap = pent_cap * (c.flush_exact ? L : T);
     pout = make("plain_out", c.input, {std::max(prows_cap, rows_cap), H, P}, {}, 1, {});
     px = make("plain_x", c.input, {prows_cap, H, P}, {}, 1, {});
     if (c.has_z) pz = make("plain_z", c.input, {prows_cap, H, P}, {}, 1, {});
@@ -598,12 +602,13 @@ void ReplayProblem::Impl::build() {
           }
         }
       }
-  if (c.round_trip) {
+  if (c.round_trip || c.flush_exact) {
     Buf& ps = buf(pstate);
     ps.image = buf(state).image;
     if (i16) buf(pscale).image = buf(scale).image;
     traj = init;
     pending_tokens.assign(size_t(S), {});
+    fold_tokens.assign(size_t(S), {});
   }
   ever_active.assign(size_t(S), false);
   ref.reset(new ReplayReference(model, S, init));
@@ -1201,6 +1206,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
   // The plain update of the round trip: the same call in the single-token
   // form when every step commits its one token, else a varlen call over the
   // tokens each step commits.
+  const bool plain_on = c.round_trip || c.flush_exact;
   const bool same_step = c.round_trip && m.single && !c.speculative;
   auto plain_args = [&](int64_t entries, int64_t rows) {
     ssu_update_args_t a;
@@ -1223,7 +1229,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
       a.out = m.desc(m.pout, m.Bt);
       a.src_index = m.desc(m.src);
     } else {
-      a.max_tokens = m.T;
+      a.max_tokens = c.flush_exact ? m.L : m.T;
       a.x = m.desc(m.px, rows);
       a.dt = m.desc(m.pdt, rows);
       a.B = m.desc(m.pB, rows);
@@ -1235,7 +1241,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
     }
     return a;
   };
-  if (c.round_trip) {
+  if (plain_on) {
     const ssu_update_args_t a = plain_args(1, 1);
     const ssu_status_t st = ssu_plan_create_update(ctx, &a, nullptr, &plain.p);
     if (st != SSU_SUCCESS)
@@ -1294,6 +1300,66 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
       m.mem.download(b.image.data(), b.dev, b.bytes());
     }
     return "";
+  };
+
+  using Runs = std::vector<std::pair<int64_t, std::vector<ReplayToken>>>;
+  // The plain side of a commit of slot s: round trips feed the committed
+  // tokens to the plain update at once, flush-exact cases collect them until
+  // the slot's checkpoint is stored. `next`: the call's tokens, now pending.
+  auto track_commit = [&](int64_t s, int64_t acc, Runs& runs,
+                          const std::vector<ReplayToken>* next) {
+    auto& pend = m.pending_tokens[size_t(s)];
+    const size_t take = acc < 0 ? pend.size() : size_t(acc);
+    std::vector<ReplayToken> run(pend.begin(), pend.begin() + take);
+    if (c.flush_exact) {
+      auto& fold = m.fold_tokens[size_t(s)];
+      fold.insert(fold.end(), run.begin(), run.end());
+    } else {
+      runs.emplace_back(s, std::move(run));
+    }
+    if (next) pend = *next;
+    else pend.clear();
+  };
+  // A checkpoint store of slot s: the plain update runs over the tokens it
+  // folds.
+  auto track_store = [&](int64_t s, Runs& runs) {
+    runs.emplace_back(s, std::move(m.fold_tokens[size_t(s)]));
+    m.fold_tokens[size_t(s)].clear();
+  };
+  // The checkpoints (and scales) the plain update stored for `runs` against
+  // the replay's, bit for bit.
+  auto compare_stores = [&](const Runs& runs) -> std::string {
+    Report rep;
+    rep.header = "the checkpoint stored by the replay and by the plain update over the same "
+                 "tokens differ (they must be bit-identical)";
+    for (const auto& r : runs) {
+      const int64_t s = r.first;
+      for (int64_t h = 0; h < m.H; ++h)
+        for (int64_t p = 0; p < m.P; ++p) {
+          for (int64_t n = 0; n < m.N; ++n) {
+            ++rep.checked;
+            const uint8_t* a = m.ptr(m.state, {s, h, p, n});
+            const uint8_t* b = m.ptr(m.pstate, {s, h, p, n});
+            if (std::memcmp(a, b, esize(c.state)) != 0)
+              rep.fail("state[slot=" + std::to_string(s) + " h=" + std::to_string(h) + " p=" +
+                       std::to_string(p) + " n=" + std::to_string(n) + "]: replay " +
+                       bits_hex(a, esize(c.state)) + ", plain update " +
+                       bits_hex(b, esize(c.state)) + " (after " +
+                       std::to_string(r.second.size()) + " tokens)");
+          }
+          if (m.i16) {
+            ++rep.checked;
+            const uint8_t* a = m.ptr(m.scale, {s, h, p});
+            const uint8_t* b = m.ptr(m.pscale, {s, h, p});
+            if (std::memcmp(a, b, 4) != 0)
+              rep.fail("state_scale[slot=" + std::to_string(s) + " h=" + std::to_string(h) +
+                       " p=" + std::to_string(p) + "]: replay " + bits_hex(a, 4) +
+                       ", plain update " + bits_hex(b, 4));
+          }
+        }
+    }
+    res.elements += rep.checked;
+    return rep.bad ? rep.text() : "";
   };
 
   // ---- helpers for faults and the error word ----------------------------------------
@@ -1412,7 +1478,10 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
     if (!o.keep_snapshots) return;
     if (res.snapshot_names.empty())
       for (const TRef* t : {&m.state, &m.scale, &m.rx, &m.rB, &m.rdt, &m.committed, &m.pending})
-        if (t->present()) res.snapshot_names.push_back(m.buf(*t).name);
+        if (t->present()) {
+          res.snapshot_names.push_back(m.buf(*t).name);
+          res.snapshot_esize.push_back(m.buf(*t).es());
+        }
     std::vector<std::vector<uint8_t>> snap;
     for (const TRef* t : {&m.state, &m.scale, &m.rx, &m.rB, &m.rdt, &m.committed, &m.pending})
       if (t->present()) snap.push_back(ck.got[size_t(t->buf)]);
@@ -1486,17 +1555,12 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
           outs[size_t(b)] = m.ref->outputs_without_update(q.slot, q.acc, q.tokens);
           continue;
         }
-        if (c.round_trip && !same_step) {
-          auto& pend = m.pending_tokens[size_t(q.slot)];
-          const size_t take = q.acc < 0 ? pend.size() : size_t(q.acc);
-          commits.emplace_back(q.slot,
-                               std::vector<ReplayToken>(pend.begin(), pend.begin() + take));
-          pend = q.tokens;
-        }
+        if (plain_on && !same_step) track_commit(q.slot, q.acc, commits, &q.tokens);
         const ReplayCommit cm = m.ref->begin_step(q.slot, q.acc, q.len);
         if (cm.flushed) {
           ++res.flushes;
           stored[size_t(b)] = check_checkpoint(m, ck, q.slot, cm.stored, "flush at this step");
+          if (c.flush_exact) track_store(q.slot, commits);
         }
       }
       for (int64_t b = 0; b < m.Bt; ++b) {
@@ -1537,7 +1601,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
     restore_counters();
     ++res.steps_run;
 
-    if (c.round_trip && !sd.disable) {
+    if (plain_on && !sd.disable) {
       std::string err;
       if (same_step) {
         std::vector<int64_t> slots;
@@ -1559,6 +1623,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
         }
       } else {
         err = plain_commit(commits);
+        if (err.empty() && c.flush_exact) err = compare_stores(commits);
       }
       if (!err.empty()) return failure(head + "\n  step " + std::to_string(k) + ": " + err);
     }
@@ -1617,17 +1682,12 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
     try {
       for (const Seq& q : m.fcur.seq) {
         if (q.slot < 0) continue;
-        if (c.round_trip) {
-          auto& pend = m.pending_tokens[size_t(q.slot)];
-          const size_t take = q.acc < 0 ? pend.size() : size_t(q.acc);
-          commits.emplace_back(q.slot,
-                               std::vector<ReplayToken>(pend.begin(), pend.begin() + take));
-          pend.clear();
-        }
+        if (plain_on) track_commit(q.slot, q.acc, commits, nullptr);
         const ReplayCommit cm = m.ref->flush_op(q.slot, q.acc);
         if (cm.flushed) {
           ++res.flushes;
           m.ref->set_checkpoint(q.slot, check_checkpoint(m, ck, q.slot, cm.stored, "flush op"));
+          if (c.flush_exact) track_store(q.slot, commits);
         }
       }
     } catch (const std::exception& e) {
@@ -1640,21 +1700,22 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
     ck.accept();
     take_snapshot(ck);
     restore_counters();
-    if (c.round_trip && !same_step) {
-      const std::string err = plain_commit(commits);
+    if (plain_on && !same_step) {
+      std::string err = plain_commit(commits);
+      if (err.empty() && c.flush_exact) err = compare_stores(commits);
       if (!err.empty()) return failure(head + "\n  after the flush op: " + err);
     }
   }
 
   // ---- round trip: the replay's pool against the plain update's ------------------------
-  if (c.round_trip) {
+  if (plain_on) {
     res.round_trip = true;
     Report rep;
     rep.header = head + "\n  round trip: replay + flush vs the plain update";
     const Buf& rs = m.buf(m.state);
     const Buf& ps = m.buf(m.pstate);
     const bool exact_all = m.L == 1 && m.single && !c.speculative;
-    const bool bit_identical = c.state == SSU_DTYPE_F32 || exact_all;
+    const bool bit_identical = c.state == SSU_DTYPE_F32 || exact_all || c.flush_exact;
     if (bit_identical) {
       auto compare_bytes = [&](const Buf& a, const Buf& b) {
         const size_t es = a.es();

@@ -19,7 +19,9 @@
 // step, so reading one shows in the outputs. A final flush op over every slot
 // in use is checked the same way. Round-trip cases also run the plain update
 // (ssu_plan_execute_update) on a copy of the pool, fed exactly the tokens the
-// replay commits, and compare the pools at the end.
+// replay commits, and compare the pools at the end; flush-exact cases run it
+// at every checkpoint store over the tokens the store folds and compare the
+// stored bits.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +81,12 @@ struct ReplayCase {
   // (SPEC section 7's round trip); the rounding seed stays the same through
   // the loop.
   bool round_trip = false;
+  // Also run the plain update on a copy of the pool at every checkpoint
+  // store, over exactly the tokens that store folds (one multi-token call
+  // from the same previous checkpoint, the same rounding seed): the stored
+  // bits must agree for every state format (ssu.h: "exactly as the plain
+  // update would store it after the same tokens").
+  bool flush_exact = false;
 
   uint64_t seed = 1;
   const char* tag = "";
@@ -158,10 +166,17 @@ struct ReplayResult {
   // Round trip: RMS float64 error of the replay and of the plain update
   // pools against the float64 trajectory (slots in use, every element).
   bool round_trip = false;
+  // Also run the plain update on a copy of the pool at every checkpoint
+  // store, over exactly the tokens that store folds (one multi-token call
+  // from the same previous checkpoint, the same rounding seed): the stored
+  // bits must agree for every state format (ssu.h: "exactly as the plain
+  // update would store it after the same tokens").
+  bool flush_exact = false;
   double replay_rms = 0.0, plain_rms = 0.0;
   // With keep_snapshots: per step (then the flush op), the bytes of every
   // buffer named in snapshot_names, guards and gaps included.
   std::vector<std::string> snapshot_names;
+  std::vector<size_t> snapshot_esize;  // bytes per element of each
   std::vector<std::vector<std::vector<uint8_t>>> snapshots;
   std::vector<std::vector<uint8_t>> out_snapshots;  // out's bytes per step
 };
