@@ -73,15 +73,21 @@ void ReplayReference::token_output(const std::vector<double>& h, const ReplayTok
 }
 
 std::vector<double> ReplayReference::logical_state(int64_t s, int64_t count) const {
-  const ReplaySlotState& st = slot_[size_t(s)];
+  ReplaySlotState& st = slot_[size_t(s)];
   if (count < 0) count = st.committed;
   if (count > m_.L) throw std::logic_error("ReplayReference: more ring entries than L");
-  std::vector<double> h = st.ckpt;
+  // Entries are written only behind committed + pending and the checkpoint
+  // only by a store, which drops the cache: a cached prefix stays valid.
+  if (st.cached_count < 0 || st.cached_count > count) {
+    st.cached = st.ckpt;
+    st.cached_count = 0;
+  }
   const int64_t HP = m_.H * m_.P, GN = m_.G * m_.N;
-  for (int64_t e = 0; e < count; ++e)
-    advance(h, &st.ring_x[size_t(e * HP)], &st.ring_delta[size_t(e * HP)],
+  for (int64_t e = st.cached_count; e < count; ++e)
+    advance(st.cached, &st.ring_x[size_t(e * HP)], &st.ring_delta[size_t(e * HP)],
             &st.ring_B[size_t(e * GN)]);
-  return h;
+  st.cached_count = count;
+  return st.cached;
 }
 
 std::vector<double> ReplayReference::run_tokens(std::vector<double> h,
@@ -117,6 +123,7 @@ ReplayCommit ReplayReference::begin_step(int64_t s, int64_t accepted, int64_t to
     r.stored = logical_state(s);
     st.ckpt = r.stored;
     st.committed = 0;
+    st.cached_count = -1;
   }
   return r;
 }
@@ -125,6 +132,7 @@ void ReplayReference::set_checkpoint(int64_t s, const std::vector<double>& value
   ReplaySlotState& st = slot_[size_t(s)];
   if (values.size() != st.ckpt.size()) throw std::logic_error("set_checkpoint: wrong size");
   st.ckpt = values;
+  st.cached_count = -1;
 }
 
 std::vector<double> ReplayReference::finish_step(int64_t s, const std::vector<ReplayToken>& tokens,
@@ -170,6 +178,7 @@ ReplayCommit ReplayReference::flush_op(int64_t s, int64_t accepted) {
     r.stored = logical_state(s);
     st.ckpt = r.stored;
   }
+  st.cached_count = -1;
   st.committed = 0;
   st.pending = 0;
   return r;

@@ -58,6 +58,10 @@ struct ReplaySlotState {
   std::vector<double> ring_x;      // (L, H, P)
   std::vector<double> ring_B;      // (L, G, N)
   std::vector<double> ring_delta;  // (L, H, P) delta after bias and softplus
+  // The checkpoint advanced by the first cached_count entries (a cache:
+  // entries below committed + pending never change until the next store).
+  std::vector<double> cached;
+  int64_t cached_count = -1;
 };
 
 // Result of steps 1 and 2 for one sequence.
@@ -74,7 +78,10 @@ class ReplayReference {
   int64_t slots() const { return int64_t(slot_.size()); }
   const ReplaySlotState& slot(int64_t s) const { return slot_[size_t(s)]; }
   // Direct access for a warm start (counters and ring entries set by hand).
-  ReplaySlotState& mutable_slot(int64_t s) { return slot_[size_t(s)]; }
+  ReplaySlotState& mutable_slot(int64_t s) {
+    slot_[size_t(s)].cached_count = -1;
+    return slot_[size_t(s)];
+  }
 
   // delta = dt + dt_bias, then softplus20 when the model has softplus.
   double delta(double dt, int64_t h, int64_t p) const;
@@ -115,7 +122,7 @@ class ReplayReference {
   std::vector<double> run_tokens(std::vector<double> h, const std::vector<ReplayToken>& tokens) const;
 
   ReplayModel m_;
-  std::vector<ReplaySlotState> slot_;
+  mutable std::vector<ReplaySlotState> slot_;
 };
 
 // SPEC sections 1 and 2 in float64 over a pool (S, H, P, N): for every entry

@@ -7,6 +7,7 @@
 //   SSU_TEST_FILTER=<substring>  run only cases whose description contains it
 //   SSU_TEST_CASE=<n>            run only case number n of the table
 //   SSU_TEST_VERBOSE=1           print every case as it runs
+//   SSU_LONG_TESTS=1             also the long table (serving-sized batches)
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -38,7 +39,12 @@ struct Context {
 TEST_CASE("cpu: every replay case matches the float64 reference at every step") {
   Context two(2), one(1);
   HostMemory mem;
-  const std::vector<ReplayCase> table = replay_case_table();
+  std::vector<ReplayCase> table = replay_case_table();
+  const char* long_tests = std::getenv("SSU_LONG_TESTS");
+  if (long_tests && *long_tests && std::string(long_tests) != "0") {
+    const std::vector<ReplayCase> more = replay_long_case_table();
+    table.insert(table.end(), more.begin(), more.end());
+  }
   const char* filter = std::getenv("SSU_TEST_FILTER");
   const char* only = std::getenv("SSU_TEST_CASE");
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
