@@ -712,7 +712,9 @@ typedef struct ssu_replay_ring {
  *  - num_accepted (optional): (Bt,) int32/int64, how many of the previous
  *    call's pending tokens the sequence keeps (speculative decoding).
  *  - T (x.shape[1], or max_tokens in the varlen form) must be <= L. A varlen
- *    sequence of length <= 0 is skipped: nothing of its slot is touched.
+ *    sequence of length <= 0 is skipped: nothing of its slot is touched; one
+ *    longer than max_tokens is rejected by the CPU backend before anything is
+ *    written, and clamped by CUDA, which sets SSU_ERROR_BIT_SEQLEN.
  * Per sequence b with slot s and T_b tokens:
  *  1. commit: committed[s] += (num_accepted ? num_accepted[b] : pending[s]);
  *     pending[s] = 0. (num_accepted[b] outside 0..pending[s]: the CPU backend
