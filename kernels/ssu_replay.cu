@@ -31,23 +31,21 @@ __device__ __forceinline__ float load_in(const void* base, int64_t off) {
   return to_f32(static_cast<const IT*>(base)[off]);
 }
 
+// What thread 0 decides from the slot's counters, for the whole block.
 struct ReplaySeq {
-  long long slot;
-  long long tok0;
-  int len;      // tokens of this call (0 for the flush op)
-  int c;        // committed entries after the commit
-  int newc;     // committed after the call (0 when flushing)
-  int state;    // 0: skip (no tokens), 1: padding (zero outputs), 2: active
+  int c;      // committed entries after the commit
+  int newc;   // committed after the call (0 when flushing)
+  int state;  // 1: counters out of range (handled as padding), 2: active
   int flush;
-  int last;     // this block is the sequence's last to arrive
+  int last;   // this block is the sequence's last to count itself in
 };
 
 // 16-byte chunks a lane keeps in flight: the chunks of a batch of rows are
 // requested together, the first batch before the block stages its operands.
 constexpr int kReplayChunksInFlight = 8;
-// Resident blocks per SM the register budget must allow: the append path
-// needs few registers beyond its chunks in flight; the fold path (flush
-// steps, per-channel layouts) fits the same budget.
+// Resident blocks per SM the register budget must allow (eight blocks of 128
+// threads: 64 registers). The append path fits; the fold path (flush steps,
+// per-channel layouts) spills a few values to local memory.
 constexpr int kReplayMinBlocks = 8 * 128 / SSU_CUDA_REPLAY_THREADS;
 
 // Converts a lane's raw chunks of a row (KC at most 2) to fp32 v[k*VEC ..];
