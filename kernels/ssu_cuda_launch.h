@@ -158,7 +158,6 @@ typedef struct ssu_cuda_replay_launch {
   int32_t lanes_per_row;
   int32_t rows_per_block;
   int32_t tiles_per_head;
-  int32_t max_entries;  /* L + T (L for the flush op)                     */
   int32_t off_delta;  /* [E] per head, [E][rows] per channel              */
   int32_t off_dA;     /* [E] exp(A * delta), per-head A and delta only    */
   int32_t off_B;      /* [E][N]                                           */

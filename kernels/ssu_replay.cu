@@ -25,12 +25,6 @@
 
 namespace {
 
-// Elements of input dtype IT at a run-time offset.
-template <typename IT>
-__device__ __forceinline__ float load_in(const void* base, int64_t off) {
-  return to_f32(static_cast<const IT*>(base)[off]);
-}
-
 // What thread 0 decides from the slot's counters, for the whole block.
 struct ReplaySeq {
   int c;      // committed entries after the commit

@@ -540,7 +540,6 @@ class CudaBackend final : public Backend {
     L->tiles_per_head = static_cast<int32_t>((p.dim + rows - 1) / rows);
     const int64_t T = p.ntokens, E = rp.ring_len + T, N = p.dstate;
     const bool dt_pc = p.features & SSU_F_DT_PER_CHANNEL;
-    L->max_entries = static_cast<int32_t>(E);
     int64_t o = 0;
     auto put = [&](int64_t floats) {
       const int64_t at = o;
