@@ -143,9 +143,9 @@ typedef struct ssu_cuda_m3_pipe_launch {
  * The replay kernels (kernels/ssu_replay.cu): one block of SSU_CUDA_REPLAY_THREADS
  * per (sequence, head, tile of rows_per_block rows), ordered with the tile
  * fastest. A state row is spread over lanes_per_row lanes (a power of two
- * <= 32), each holding up to two 16-byte chunks. The entries of a call (the
- * committed ring entries, then the call's tokens: at most L + T) are staged
- * in dynamic shared memory at the offsets below (16-byte aligned, f32).
+ * <= 32), each holding up to two 16-byte chunks. The call's inputs and the
+ * committed ring entries are copied unconverted (input dtype) to dynamic
+ * shared memory at the offsets below (16-byte aligned); the rest is f32.
  * Every block of a sequence counts itself in the high 16 bits of the slot's
  * pending counter; the last one writes the shared ring entries (B, delta)
  * and the counters, so no block reads a counter or entry another changed.
@@ -158,22 +158,22 @@ typedef struct ssu_cuda_replay_launch {
   int32_t lanes_per_row;
   int32_t rows_per_block;
   int32_t tiles_per_head;
-  int32_t off_delta;  /* [E] per head, [E][rows] per channel              */
+  int32_t off_Br;     /* [L][N] committed B entries, input dtype          */
+  int32_t off_Bt;     /* [T][N] this call's B, input dtype                */
+  int32_t off_C;      /* [T][N] input dtype                               */
+  int32_t off_xr;     /* [L][rows] committed x entries, input dtype       */
+  int32_t off_xt;     /* [T][rows] this call's x, input dtype             */
+  int32_t off_z;      /* [T][rows] input dtype                            */
+  int32_t off_delta;  /* per head [E] (committed, then the call's tokens);
+                         per channel [L][rows] committed entries only     */
   int32_t off_dA;     /* [E] exp(A * delta), per-head A and delta only    */
-  int32_t off_B;      /* [E][N]                                           */
-  int32_t off_C;      /* [T][N]                                           */
-  int32_t off_x;      /* [E][rows]                                        */
-  int32_t off_z;      /* [T][rows]                                        */
+  int32_t off_dtt;    /* [T] (per channel [T][rows]) this call's delta    */
   int32_t off_D;      /* [rows]                                           */
   int32_t off_y;      /* [T][rows] row sums                               */
   int32_t off_coef;   /* [T][E] closed-form weights, then [T] decays      */
   int32_t off_scale;  /* [rows] int16 decode scales                       */
   int32_t off_tile;   /* [rows][N] the checkpoint tile, in the state dtype
                          (per-head layouts)                              */
-  int32_t off_xt;     /* [T][rows] this call's x, staged before the counters
-                         are known (then copied after the ring entries) */
-  int32_t off_Bt;     /* [T][N] this call's B, likewise                   */
-  int32_t off_dtt;    /* [T] (per channel [T][rows]) this call's delta    */
   int32_t reserved0;
 } ssu_cuda_replay_launch;
 

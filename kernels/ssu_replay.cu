@@ -61,17 +61,17 @@ __device__ __forceinline__ void unpack_row(const uint4* raw, int lane_r, int lpr
   }
 }
 
-// Copies `count` rows of `len` elements (row i at src + i * stride, its
-// elements dense) to fp32 shared memory dst[i * len + e]: 16-byte loads
-// where the rows allow (`dense` says the elements are consecutive), element
-// loads otherwise; no division where the chunks per row are a power of two.
-template <typename IT>
-__device__ __forceinline__ void stage_rows(float* dst, const IT* src, int64_t stride, int count,
-                                           int len, bool dense, int tid) {
+// Starts copying `count` rows of `len` elements (row i at src + i * stride,
+// its elements dense) to shared dst[i * len], unconverted: 16-byte cp.async
+// where the rows allow (nothing waits on them before the block's
+// cp.async.wait_all), element copies otherwise.
+template <typename T>
+__device__ __forceinline__ void stage_async(T* dst, const T* src, int64_t stride, int count,
+                                            int len, int tid) {
   if (count <= 0 || len <= 0) return;
-  constexpr int V = 16 / sizeof(IT);
-  const bool vec = dense && len % V == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
-                   (stride * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+  constexpr int V = 16 / sizeof(T);
+  const bool vec = len % V == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+                   (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
   const int per = vec ? len / V : len;
   const bool p2 = (per & (per - 1)) == 0;
   const int sh = __ffs(per) - 1;
@@ -79,42 +79,34 @@ __device__ __forceinline__ void stage_rows(float* dst, const IT* src, int64_t st
   for (int q = tid; q < total; q += SSU_CUDA_REPLAY_THREADS) {
     const int i = p2 ? q >> sh : q / per;
     const int k = q - i * per;
-    if (vec) {
-      union {
-        uint4 u;
-        IT e[V];
-      } c;
-      c.u = __ldg(reinterpret_cast<const uint4*>(src + i * stride + k * V));
-      float* d = dst + i * len + k * V;
-#pragma unroll
-      for (int e = 0; e < V; e += 4)
-        *reinterpret_cast<float4*>(d + e) =
-            make_float4(to_f32(c.e[e]), to_f32(c.e[e + 1]), to_f32(c.e[e + 2]), to_f32(c.e[e + 3]));
-    } else {
-      dst[i * len + k] = to_f32(src[i * stride + k]);
-    }
+    if (vec)
+      cp_async_16(dst + i * len + k * V, src + i * stride + k * V);
+    else
+      dst[i * len + k] = src[i * stride + k];
   }
 }
 
-// Copies `count` rows of `len` dense elements between global rows (no
-// conversion): 16-byte moves where both sides allow.
+// Four consecutive elements of an input row in shared memory, as fp32.
+__device__ __forceinline__ float4 load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
 template <typename IT>
-__device__ __forceinline__ void copy_rows(IT* dst, int64_t dstride, const IT* src, int64_t sstride,
-                                          int count, int len, int tid) {
-  constexpr int V = 16 / sizeof(IT);
-  const bool vec = len % V == 0 && ((reinterpret_cast<uintptr_t>(src) |
-                                     reinterpret_cast<uintptr_t>(dst)) & 15) == 0 &&
-                   (sstride * static_cast<int64_t>(sizeof(IT))) % 16 == 0 &&
-                   (dstride * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
-  const int per = vec ? len / V : len;
-  const int total = count * per;
-  for (int q = tid; q < total; q += SSU_CUDA_REPLAY_THREADS) {
-    const int i = q / per, k = q - i * per;
-    if (vec)
-      *reinterpret_cast<uint4*>(dst + i * dstride + k * V) =
-          __ldg(reinterpret_cast<const uint4*>(src + i * sstride + k * V));
-    else
-      dst[i * dstride + k] = src[i * sstride + k];
+__device__ __forceinline__ float4 load4(const IT* p) {
+  union {
+    uint2 u;
+    IT e[4];
+  } c;
+  c.u = *reinterpret_cast<const uint2*>(p);
+  return make_float4(to_f32(c.e[0]), to_f32(c.e[1]), to_f32(c.e[2]), to_f32(c.e[3]));
+}
+
+// The VEC elements of an input row at p (aligned to VEC elements) as fp32.
+template <typename IT, int VEC>
+__device__ __forceinline__ void load_vec(const IT* p, float* out) {
+#pragma unroll
+  for (int i = 0; i < VEC; i += 4) {
+    const float4 v = load4(p + i);
+    out[i] = v.x, out[i + 1] = v.y, out[i + 2] = v.z, out[i + 3] = v.w;
   }
 }
 
@@ -149,11 +141,35 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   const int Lr = static_cast<int>(rp.ring_len);
   const bool reporter = h == 0 && tile == 0;
 
-  // ---- the sequence: tokens and slot (every thread reads them; a block
-  // needs them before anything else) ------------------------------------------
+  // Shared memory (launch offsets): the per-token inputs and the committed
+  // ring entries arrive unconverted, each in its own array, because they are
+  // requested before the counters say where the call's tokens go.
+  IT* const s_Br = reinterpret_cast<IT*>(smem + L.off_Br);  // [L][N] committed B
+  IT* const s_Bt = reinterpret_cast<IT*>(smem + L.off_Bt);  // [T][N]
+  IT* const s_C = reinterpret_cast<IT*>(smem + L.off_C);    // [T][N]
+  IT* const s_xr = reinterpret_cast<IT*>(smem + L.off_xr);  // [L][rows] committed x
+  IT* const s_xt = reinterpret_cast<IT*>(smem + L.off_xt);  // [T][rows]
+  IT* const s_z = reinterpret_cast<IT*>(smem + L.off_z);    // [T][rows]
+  float* const s_delta = reinterpret_cast<float*>(smem + L.off_delta);
+  float* const s_dA = reinterpret_cast<float*>(smem + L.off_dA);
+  float* const s_dtt = reinterpret_cast<float*>(smem + L.off_dtt);
+  float* const s_D = reinterpret_cast<float*>(smem + L.off_D);
+  float* const s_y = reinterpret_cast<float*>(smem + L.off_y);
+  float* const s_coef = reinterpret_cast<float*>(smem + L.off_coef);
+  float* const s_scale = reinterpret_cast<float*>(smem + L.off_scale);
+  ST* const s_tile = reinterpret_cast<ST*>(smem + L.off_tile);
+
+  // The block's latency is a chain of dependent memory round trips; it is
+  // kept to three: (1) the slot index, with this call's inputs in flight;
+  // (2) the counters, with the checkpoint tile in flight; (3) the committed
+  // ring entries, the counters having said how many.
+
+  // ---- 1. the sequence: tokens and slot, and this call's inputs ------------
   int64_t tok0 = 0;
   int T = static_cast<int>(p.ntokens);
   int state = 2;  // 0: no tokens (skip), 1: padding, 2: active
+  const int64_t slot =
+      (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
   if (f & SSU_F_VARLEN) {
     tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
     const int64_t len = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
@@ -161,16 +177,30 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     T = static_cast<int>(len <= 0 ? 0 : (len > p.ntokens ? p.ntokens : len));
     if (len <= 0) state = 0;
   }
-  const int64_t slot =
-      (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
+  if (state == 0) return;
+  const IT* const B_tok = static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t +
+                          g * p.B_stride_g;
+  const IT* const x_tok = static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
+                          h * p.x_stride_h + r0;
+  stage_async<IT>(s_Bt, B_tok, p.B_stride_t, T, N, tid);
+  stage_async<IT>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t +
+                           g * p.C_stride_g,
+                  p.C_stride_t, T, N, tid);
+  stage_async<IT>(s_xt, x_tok, p.x_stride_t, T, rows, tid);
+  if (f & SSU_F_HAS_Z)
+    stage_async<IT>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b + tok0 * p.z_stride_t +
+                             h * p.z_stride_h + r0,
+                    p.z_stride_t, T, rows, tid);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+
   if (state == 2 && is_pad(slot, p.pad_slot_id)) state = 1;
   if (state == 2 && slot >= p.nslots) {
     if (reporter && tid == 0) report(p.error_word, SSU_BIT_INDEX);
     state = 1;
   }
-  if (state == 0) return;
   IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
   auto zero_outputs = [&] {  // padding: exact zeros, nothing of the slot touched
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) {
       const int t = i / rows;
       out_bh[(tok0 + t) * p.out_stride_t + r0 + (i - t * rows)] = from_f32<IT>(0.f);
@@ -182,8 +212,44 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   }
   const int64_t s = slot;
 
-  // ---- the counters (one thread), while every thread requests the
-  // checkpoint tile and stages this call's tokens ---------------------------
+  // ---- 2. the counters (one thread), with the checkpoint tile in flight ------
+  const int lpr = L.lanes_per_row;
+  const int lane_r = tid & (lpr - 1);
+  const int grp = tid / lpr;
+  const int ngrp = SSU_CUDA_REPLAY_THREADS / lpr;
+  const int chunks = N / VEC;
+  const int kc = (chunks + lpr - 1) / lpr;
+  ST* const state_pool = static_cast<ST*>(p.state);
+  const int64_t head_off = h * static_cast<int64_t>(P) * N;
+  ST* const ckpt_tile = state_pool + s * p.state_stride_slot + head_off + static_cast<int64_t>(r0) * N;
+  // Per-head layouts copy the checkpoint tile (one contiguous run) into
+  // shared memory with cp.async: all of it in flight at once, for no
+  // registers. The per-channel layouts hold rows in registers instead.
+  const bool tile_ok = !dt_pc && !A_pc && (T > 0 || flush_op);
+  if (tile_ok) {
+    const int n16 = rows * chunks;
+    for (int q = tid; q < n16; q += SSU_CUDA_REPLAY_THREADS)
+      cp_async_16(s_tile + q * VEC, ckpt_tile + q * VEC);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  constexpr int RB = kReplayChunksInFlight / KCMAX;
+  uint4 raw[RB][KCMAX];
+  auto request_rows = [&](int rb, int row_end) {
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      const int r = rb + grp + i * ngrp;
+#pragma unroll
+      for (int k = 0; k < KCMAX; ++k) {
+        const int ci = lane_r + k * lpr;
+        raw[i][k] = make_uint4(0u, 0u, 0u, 0u);
+        if (r < row_end && ci < chunks)
+          raw[i][k] = __ldcs(reinterpret_cast<const uint4*>(ckpt_tile + static_cast<int64_t>(r) * N +
+                                                            ci * VEC));
+      }
+    }
+  };
+  if (!tile_ok) request_rows(0, T > 0 || flush_op ? rows : 0);
+
   if (tid == 0) {
     ReplaySeq q;
     q.c = q.newc = q.flush = q.last = 0;
@@ -210,58 +276,8 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     sq = q;
   }
 
-  float* const s_delta = reinterpret_cast<float*>(smem + L.off_delta);
-  float* const s_dA = reinterpret_cast<float*>(smem + L.off_dA);
-  float* const s_B = reinterpret_cast<float*>(smem + L.off_B);
-  float* const s_C = reinterpret_cast<float*>(smem + L.off_C);
-  float* const s_x = reinterpret_cast<float*>(smem + L.off_x);
-  float* const s_z = reinterpret_cast<float*>(smem + L.off_z);
-  float* const s_D = reinterpret_cast<float*>(smem + L.off_D);
-  float* const s_y = reinterpret_cast<float*>(smem + L.off_y);
-  float* const s_coef = reinterpret_cast<float*>(smem + L.off_coef);
-  float* const s_scale = reinterpret_cast<float*>(smem + L.off_scale);
-  float* const s_xt = reinterpret_cast<float*>(smem + L.off_xt);
-  float* const s_Bt = reinterpret_cast<float*>(smem + L.off_Bt);
-  float* const s_dtt = reinterpret_cast<float*>(smem + L.off_dtt);
-
-  const int lpr = L.lanes_per_row;
-  const int lane_r = tid & (lpr - 1);
-  const int grp = tid / lpr;
-  const int ngrp = SSU_CUDA_REPLAY_THREADS / lpr;
-  const int chunks = N / VEC;
-  const int kc = (chunks + lpr - 1) / lpr;
-  ST* const state_pool = static_cast<ST*>(p.state);
-  const int64_t head_off = h * static_cast<int64_t>(P) * N;
-  ST* const ckpt_tile = state_pool + s * p.state_stride_slot + head_off + static_cast<int64_t>(r0) * N;
-  // Per-head layouts copy the checkpoint tile (one contiguous run) into
-  // shared memory with cp.async: all of it in flight at once, for no
-  // registers. The per-channel layouts hold rows in registers instead.
-  const bool tile_ok = !dt_pc && !A_pc && (T > 0 || flush_op);
-  ST* const s_tile = reinterpret_cast<ST*>(smem + L.off_tile);
-  if (tile_ok) {
-    const int n16 = rows * chunks;
-    for (int q = tid; q < n16; q += SSU_CUDA_REPLAY_THREADS)
-      cp_async_16(s_tile + q * VEC, ckpt_tile + q * VEC);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  constexpr int RB = kReplayChunksInFlight / KCMAX;
-  uint4 raw[RB][KCMAX];
-  auto request_rows = [&](int rb, int row_end) {
-#pragma unroll
-    for (int i = 0; i < RB; ++i) {
-      const int r = rb + grp + i * ngrp;
-#pragma unroll
-      for (int k = 0; k < KCMAX; ++k) {
-        const int ci = lane_r + k * lpr;
-        raw[i][k] = make_uint4(0u, 0u, 0u, 0u);
-        if (r < row_end && ci < chunks)
-          raw[i][k] = __ldcs(reinterpret_cast<const uint4*>(ckpt_tile + static_cast<int64_t>(r) * N +
-                                                            ci * VEC));
-      }
-    }
-  };
-  if (!tile_ok) request_rows(0, T > 0 || flush_op ? rows : 0);
-
+  // This call's step sizes, D and (int16) the tile's decode scales: loads
+  // that are in flight together with the counters.
   const float A_h = A_pc ? 0.f : load_param(p.A, p.A_dtype, h * p.A_stride_h);
   auto token_delta = [&](int t, int row) {
     const int64_t tok = tok0 + t;
@@ -274,10 +290,12 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
     return v;
   };
-  const IT* const B_tok = static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t +
-                          g * p.B_stride_g;
-  const IT* const x_tok = static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
-                          h * p.x_stride_h + r0;
+  for (int r = tid; r < rows; r += SSU_CUDA_REPLAY_THREADS) {
+    s_D[r] = (f & SSU_F_HAS_D)
+                 ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
+                 : 0.f;
+    if (QUANT) s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r0 + r];
+  }
   if (!dt_pc) {
     for (int t = tid; t < T; t += SSU_CUDA_REPLAY_THREADS) s_dtt[t] = token_delta(t, 0);
   } else {
@@ -286,26 +304,10 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
       s_dtt[i] = token_delta(t, r0 + r);
     }
   }
-  stage_rows<IT>(s_Bt, B_tok, p.B_stride_t, T, N, true, tid);
-  stage_rows<IT>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t +
-                          g * p.C_stride_g,
-                 p.C_stride_t, T, N, true, tid);
-  stage_rows<IT>(s_xt, x_tok, p.x_stride_t, T, rows, true, tid);
-  if (f & SSU_F_HAS_Z)
-    stage_rows<IT>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b + tok0 * p.z_stride_t +
-                            h * p.z_stride_h + r0,
-                   p.z_stride_t, T, rows, true, tid);
-  for (int r = tid; r < rows; r += SSU_CUDA_REPLAY_THREADS) {
-    s_D[r] = (f & SSU_F_HAS_D)
-                 ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
-                 : 0.f;
-    if (QUANT) s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r0 + r];
-  }
   __syncthreads();
 
   const ReplaySeq sqv = sq;
   if (sqv.state == 1) {  // counters out of range: handled as padding
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
     zero_outputs();
     return;
   }
@@ -316,45 +318,61 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   // (A flush op on a slot with nothing committed only resets its counters.)
   const int row_end = (T > 0 || flush) ? rows : 0;
 
-  // ---- the committed ring entries, then this call's tokens after them -------
+  // ---- 3. the committed ring entries ------------------------------------------
   const IT* const x_ring = static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
                            h * rp.ring_x_stride_h + r0;
   const IT* const B_ring = static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
                            g * rp.ring_B_stride_g;
   const float* const dt_ring = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
+  stage_async<IT>(s_Br, B_ring, rp.ring_B_stride_l, c, N, tid);
+  stage_async<IT>(s_xr, x_ring, rp.ring_x_stride_l, c, rows, tid);
+  if (dt_pc) stage_async<float>(s_delta, dt_ring + r0, rp.ring_dt_stride_l, c, rows, tid);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
   if (!dt_pc) {
     for (int j = tid; j < E; j += SSU_CUDA_REPLAY_THREADS) {
       const float d = j < c ? dt_ring[j * rp.ring_dt_stride_l] : s_dtt[j - c];
       s_delta[j] = d;
       if (!A_pc) s_dA[j] = ssu_math::exp(A_h * d);
     }
-  } else {
-    stage_rows<float>(s_delta, dt_ring + r0 * rp.ring_dt_stride_p, rp.ring_dt_stride_l, c, rows,
-                      rp.ring_dt_stride_p == 1, tid);
-    for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) s_delta[c * rows + i] = s_dtt[i];
   }
-  stage_rows<IT>(s_B, B_ring, rp.ring_B_stride_l, c, N, true, tid);
-  for (int i = tid; i < T * N; i += SSU_CUDA_REPLAY_THREADS) s_B[c * N + i] = s_Bt[i];
-  stage_rows<IT>(s_x, x_ring, rp.ring_x_stride_l, c, rows, true, tid);
-  for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) s_x[c * rows + i] = s_xt[i];
-  if (f & SSU_F_HAS_Z)
-    for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) s_z[i] = silu(s_z[i]);
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
 
   // Every ring entry and counter this block reads is read: count it in
   // (the result tells, at the end, whether this is the sequence's last).
+  // (No fence: a value already read cannot change, and the last block
+  // writes only after every block of the sequence counted in.)
   int arrived = 0;
-  if (writes && tid == 0) {
-    __threadfence();
-    arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000) >> 16;
-  }
+  if (writes && tid == 0) arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000) >> 16;
 
-  // ---- append this call's x rows (the block's own rows; on a flush they
-  // overwrite entries staged above, which no other block reads) ------------
-  if (writes && !flush_op)
-    copy_rows<IT>(static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s + h * rp.ring_x_stride_h +
-                      r0 + sqv.newc * rp.ring_x_stride_l,
-                  rp.ring_x_stride_l, x_tok, p.x_stride_t, T, rows, tid);
+  // Entry j of the call (committed entries, then this call's tokens).
+  auto B_of = [&](int j) -> const IT* { return j < c ? s_Br + j * N : s_Bt + (j - c) * N; };
+  auto x_of = [&](int j, int r) {
+    return to_f32(j < c ? s_xr[j * rows + r] : s_xt[(j - c) * rows + r]);
+  };
+  auto delta_of = [&](int j, int r) {
+    if (!dt_pc) return s_delta[j];
+    return j < c ? s_delta[j * rows + r] : s_dtt[(j - c) * rows + r];
+  };
+
+  // ---- append this call's x rows (the block's own rows; no other block
+  // reads them) ------------------------------------------------------------------
+  if (writes && !flush_op && T > 0) {
+    IT* const dst = static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
+                    h * rp.ring_x_stride_h + r0 + sqv.newc * rp.ring_x_stride_l;
+    constexpr int V = 16 / sizeof(IT);
+    const bool vec = rows % V == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
+                     (rp.ring_x_stride_l * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+    const int per = vec ? rows / V : rows;
+    for (int q = tid; q < T * per; q += SSU_CUDA_REPLAY_THREADS) {
+      const int t = q / per, k = q - t * per;
+      if (vec)
+        *reinterpret_cast<uint4*>(dst + t * rp.ring_x_stride_l + k * V) =
+            *reinterpret_cast<const uint4*>(s_xt + t * rows + k * V);
+      else
+        dst[t * rp.ring_x_stride_l + k] = s_xt[t * rows + k];
+    }
+  }
 
   // ---- closed form: decays and weights per (token, entry) -----------------
   // coef[t][j] = e^{A (sum_{i=j+1..c+t} delta_i)} delta_j (B_j . C_t) for
@@ -368,8 +386,10 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
         if (lane == 0) s_coef[q] = 0.f;
         continue;
       }
+      const IT* const Bj = B_of(j);
+      const IT* const Ct = s_C + t * N;
       float dot = 0.f, span = 0.f;
-      for (int n = lane; n < N; n += 32) dot = __fmaf_rn(s_B[j * N + n], s_C[t * N + n], dot);
+      for (int n = lane; n < N; n += 32) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
       for (int i = j + 1 + lane; i <= c + t; i += 32) span += s_delta[i];
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) {
@@ -390,23 +410,19 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   // ---- rows ---------------------------------------------------------------
   // Lane l of a row group holds chunk k at elements (l + k * lpr) * VEC; a
   // row's dot products with C reduce over the group's lpr lanes.
-  auto row_dot = [&](const float* v, const float* Ct) {
+  auto row_dot = [&](const float* v, const IT* Ct) {
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < KCMAX; ++k) {
       const int n0 = (lane_r + k * lpr) * VEC;
       if (k < kc && n0 < N) {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], Ct[n0 + i], dot);
+        for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], to_f32(Ct[n0 + i]), dot);
       }
     }
     for (int off = lpr >> 1; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
     return dot;
   };
-  if (tile_ok) {
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    __syncthreads();
-  }
   // A lane's raw chunks of row r: from the shared tile, or the registers
   // requested from global memory (batch slot ib).
   auto row_raw = [&](int r, int ib, uint4* out) {
@@ -433,7 +449,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
       const int r = rb + (tid >> 3);
       const int rr = r < rows ? r : rows - 1;
       for (int t = 0; t < T; ++t) {
-        const float* Ct = s_C + t * N;
+        const IT* Ct = s_C + t * N;
         float dot = 0.f;
 #pragma unroll 4
         for (int k = 0; k < k8; ++k) {
@@ -442,7 +458,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
           cc.u = *reinterpret_cast<const uint4*>(s_tile + rr * N + ci * VEC);
 #pragma unroll
           for (int i = 0; i < VEC; i += 4) {
-            const float4 c4 = *reinterpret_cast<const float4*>(Ct + ci * VEC + i);
+            const float4 c4 = load4(Ct + ci * VEC + i);
             dot = __fmaf_rn(to_f32(cc.e[i]), c4.x, dot);
             dot = __fmaf_rn(to_f32(cc.e[i + 1]), c4.y, dot);
             dot = __fmaf_rn(to_f32(cc.e[i + 2]), c4.z, dot);
@@ -474,6 +490,94 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
             const float dot = row_dot(v, s_C + t * N);
             if (valid && lane_r == 0) s_y[t * rows + r] = dot;
           }
+        }
+      }
+    }
+  } else if (tile_ok && !dt_pc && !A_pc) {
+    // Flush step, per-head layout: fold the committed entries into each row
+    // of the shared tile with the update's own fp32 sequence, store the row
+    // exactly as the plain update would, then run the call's tokens. A
+    // thread folds MR rows at once (grp + m * ngrp of a pass): MR
+    // independent chains per element, one B chunk load for all of them.
+    constexpr int MR = 2;
+    const bool sr = f & SSU_F_STOCHASTIC;
+    const uint64_t seed = sr ? *p.sr_seed : 0;
+    for (int rb = 0; rb < row_end; rb += MR * ngrp) {
+      float v[MR][EL];
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        const int r = rb + grp + m * ngrp;
+        const bool valid = r < rows;
+        uint4 rw[KCMAX];
+        row_raw(valid ? r : 0, 0, rw);
+        unpack_row<ST, VEC, KCMAX>(rw, lane_r, lpr, valid ? chunks : 0,
+                                   QUANT && valid ? s_scale[r] : 1.f, v[m]);
+      }
+      auto advance = [&](int j) {
+        const float dA = s_dA[j];
+        const float dl = s_delta[j];
+        const IT* const Bj = B_of(j);
+        float dtx[MR];
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          const int r = rb + grp + m * ngrp;
+          dtx[m] = dl * x_of(j, r < rows ? r : 0);
+        }
+#pragma unroll
+        for (int k = 0; k < KCMAX; ++k) {
+          const int n0 = (lane_r + k * lpr) * VEC;
+          if (k < kc && n0 < N) {
+            float bv[VEC];
+            load_vec<IT, VEC>(Bj + n0, bv);
+#pragma unroll
+            for (int m = 0; m < MR; ++m)
+#pragma unroll
+              for (int i = 0; i < VEC; ++i)
+                v[m][k * VEC + i] = v[m][k * VEC + i] * dA + bv[i] * dtx[m];
+          }
+        }
+      };
+      for (int j = 0; j < c; ++j) advance(j);
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        const int r = rb + grp + m * ngrp;
+        const bool valid = r < rows;
+        const int row = r0 + (valid ? r : 0);
+        if (flush && writes) {
+          RowStore rs;
+          rs.seed = seed;
+          rs.rounds = p.sr_rounds;
+          rs.enc = 1.f;
+          if constexpr (QUANT) rs.enc = row_encode_factor<EL>(v[m], lpr);
+          if (valid) {
+            ST* const dst_row = ckpt_tile + static_cast<int64_t>(r) * N;
+#pragma unroll
+            for (int k = 0; k < KCMAX; ++k) {
+              const int ci = lane_r + k * lpr;
+              if (k < kc && ci < chunks) {
+                rs.L0 = static_cast<uint64_t>(s * p.state_stride_slot + head_off +
+                                              static_cast<int64_t>(row) * N + ci * VEC);
+                Chunk<ST, VEC> cc;
+                if (sr)
+                  encode_chunk<ST, VEC, true>(cc.e, v[m] + k * VEC, rs);
+                else
+                  encode_chunk<ST, VEC, false>(cc.e, v[m] + k * VEC, rs);
+                store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
+              }
+            }
+            if constexpr (QUANT)
+              if (lane_r == 0)
+                p.state_scale[s * p.state_scale_stride_slot + h * P + row] = 1.f / rs.enc;
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        advance(c + t);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+          const int r = rb + grp + m * ngrp;
+          const float dot = row_dot(v[m], s_C + t * N);
+          if (r < rows && lane_r == 0) s_y[t * rows + r] = dot;
         }
       }
     }
@@ -514,9 +618,10 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
         // One token of the update's recurrence on this lane's elements: the
         // same fp32 operations, in the same order, as the plain update.
         auto advance = [&](int j) {
-          const float d = dt_pc ? s_delta[j * rows + rr] : s_delta[j];
-          const float dtx = d * s_x[j * rows + rr];
+          const float d = delta_of(j, rr);
+          const float dtx = d * x_of(j, rr);
           const float dAh = A_pc ? 0.f : (dt_pc ? ssu_math::exp(A_h * d) : s_dA[j]);
+          const IT* const Bj = B_of(j);
 #pragma unroll
           for (int k = 0; k < KCMAX; ++k) {
             const int n0 = (lane_r + k * lpr) * VEC;
@@ -524,7 +629,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 #pragma unroll
               for (int i = 0; i < VEC; ++i) {
                 const float dA = A_pc ? ssu_math::exp(a[k * VEC + i] * d) : dAh;
-                v[k * VEC + i] = v[k * VEC + i] * dA + s_B[j * N + n0 + i] * dtx;
+                v[k * VEC + i] = v[k * VEC + i] * dA + to_f32(Bj[n0 + i]) * dtx;
               }
             }
           }
@@ -575,10 +680,10 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
     if (closed) {
       y *= s_dec[t];
       const float* coef = s_coef + t * E;
-      for (int j = 0; j <= c + t; ++j) y += coef[j] * s_x[j * rows + r];
+      for (int j = 0; j <= c + t; ++j) y += coef[j] * x_of(j, r);
     }
-    y += s_D[r] * s_x[(c + t) * rows + r];
-    if (f & SSU_F_HAS_Z) y *= s_z[i];
+    y += s_D[r] * to_f32(s_xt[i]);
+    if (f & SSU_F_HAS_Z) y *= silu(to_f32(s_z[i]));
     out_bh[(tok0 + t) * p.out_stride_t + r0 + r] = from_f32<IT>(y);
   }
   if (!writes) return;
@@ -623,6 +728,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   }
 }
 
+
 }  // namespace
 
 #define SSU_REPLAY_KERNEL(SNAME, ST, INAME, IT)                                          \
@@ -630,9 +736,9 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
       ssu_replay_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                      \
     replay_body<ST, IT>(L);                                                              \
   }
-#define SSU_REPLAY_KERNELS(SNAME, ST)       \
-  SSU_REPLAY_KERNEL(SNAME, ST, f32, float)  \
-  SSU_REPLAY_KERNEL(SNAME, ST, f16, f16)    \
+#define SSU_REPLAY_KERNELS(SNAME, ST)            \
+  SSU_REPLAY_KERNEL(SNAME, ST, f32, float)       \
+  SSU_REPLAY_KERNEL(SNAME, ST, f16, f16)         \
   SSU_REPLAY_KERNEL(SNAME, ST, bf16, bf16)
 SSU_REPLAY_KERNELS(f32, float)
 SSU_REPLAY_KERNELS(f16, f16)

@@ -538,30 +538,32 @@ class CudaBackend final : public Backend {
     L->lanes_per_row = std::min(32, pow2_ceil(std::max(1, chunks)));
     L->rows_per_block = rows;
     L->tiles_per_head = static_cast<int32_t>((p.dim + rows - 1) / rows);
-    const int64_t T = p.ntokens, E = rp.ring_len + T, N = p.dstate;
+    const int64_t T = p.ntokens, Lr = rp.ring_len, E = Lr + T, N = p.dstate;
+    const int64_t ib = dtype_bytes(dtype_index(p.input_dtype));
     const bool dt_pc = p.features & SSU_F_DT_PER_CHANNEL;
     int64_t o = 0;
-    auto put = [&](int64_t floats) {
+    auto put_bytes = [&](int64_t bytes) {
       const int64_t at = o;
-      o = align16(o + floats * 4);
+      o = align16(o + bytes);
       return static_cast<int32_t>(std::min<int64_t>(at, INT32_MAX));
     };
-    L->off_delta = put(dt_pc ? E * rows : E);
+    auto put = [&](int64_t floats) { return put_bytes(floats * 4); };
+    // The checkpoint tile first (per-head step size and A only).
+    const bool closed_form = !dt_pc && !(p.features & SSU_F_A_PER_CHANNEL);
+    L->off_tile = put_bytes(closed_form ? int64_t(rows) * N * sb : 0);
+    L->off_Br = put_bytes(Lr * N * ib);
+    L->off_Bt = put_bytes(T * N * ib);
+    L->off_C = put_bytes(T * N * ib);
+    L->off_xr = put_bytes(Lr * rows * ib);
+    L->off_xt = put_bytes(T * rows * ib);
+    L->off_z = put_bytes((p.features & SSU_F_HAS_Z) ? T * rows * ib : 0);
+    L->off_delta = put(dt_pc ? Lr * rows : E);
     L->off_dA = put(E);
-    L->off_B = put(E * N);
-    L->off_C = put(T * N);
-    L->off_x = put(E * rows);
-    L->off_z = put((p.features & SSU_F_HAS_Z) ? T * rows : 0);
+    L->off_dtt = put(dt_pc ? T * rows : T);
     L->off_D = put(rows);
     L->off_y = put(T * rows);
     L->off_coef = put(T * E + T);
     L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? rows : 0);
-    // The append steps' checkpoint tile (per-head step size and A only).
-    const bool closed_form = !dt_pc && !(p.features & SSU_F_A_PER_CHANNEL);
-    L->off_tile = put(closed_form ? (int64_t(rows) * N * sb + 3) / 4 : 0);
-    L->off_xt = put(T * rows);
-    L->off_Bt = put(T * N);
-    L->off_dtt = put(dt_pc ? T * rows : T);
     return o;
   }
 
