@@ -376,34 +376,46 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 
   // ---- closed form: decays and weights per (token, entry) -----------------
   // coef[t][j] = e^{A (sum_{i=j+1..c+t} delta_i)} delta_j (B_j . C_t) for
-  // j <= c + t; dec[t] = e^{A sum_{i<=c+t} delta_i}. One warp per (t, j).
+  // j <= c + t; dec[t] = e^{A sum_{i<=c+t} delta_i}. Eight lanes per (t, j)
+  // (a block's fixed cost: it does not shrink with the tile).
   float* const s_dec = s_coef + T * E;
   if (closed) {
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int q = warp; q < T * E; q += SSU_CUDA_REPLAY_THREADS / 32) {
+    const int l8 = tid & 7;
+    const bool vec4 = N % 4 == 0;
+    for (int base = 0; base < T * E; base += SSU_CUDA_REPLAY_THREADS / 8) {
+      const int q = min(base + (tid >> 3), T * E - 1);
       const int t = q / E, j = q - t * E;
-      if (j > c + t) {
-        if (lane == 0) s_coef[q] = 0.f;
-        continue;
-      }
       const IT* const Bj = B_of(j);
       const IT* const Ct = s_C + t * N;
-      float dot = 0.f, span = 0.f;
-      for (int n = lane; n < N; n += 32) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
-      for (int i = j + 1 + lane; i <= c + t; i += 32) span += s_delta[i];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        span += __shfl_xor_sync(0xffffffffu, span, off);
+      float dot = 0.f;
+      if (vec4) {
+        for (int n = l8 * 4; n < N; n += 32) {
+          const float4 bq = load4(Bj + n), cq = load4(Ct + n);
+          dot = __fmaf_rn(bq.x, cq.x, dot);
+          dot = __fmaf_rn(bq.y, cq.y, dot);
+          dot = __fmaf_rn(bq.z, cq.z, dot);
+          dot = __fmaf_rn(bq.w, cq.w, dot);
+        }
+      } else {
+        for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
       }
-      if (lane == 0) s_coef[q] = ssu_math::exp(A_h * span) * s_delta[j] * dot;
+      dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+      dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+      if (l8 == 0 && base + (tid >> 3) < T * E) {
+        float w = 0.f;
+        if (j <= c + t) {
+          float span = 0.f;
+          for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
+          w = ssu_math::exp(A_h * span) * s_delta[j] * dot;
+        }
+        s_coef[q] = w;
+      }
     }
-    for (int t = warp; t < T; t += SSU_CUDA_REPLAY_THREADS / 32) {
+    for (int t = tid; t < T; t += SSU_CUDA_REPLAY_THREADS) {
       float span = 0.f;
-      for (int i = lane; i <= c + t; i += 32) span += s_delta[i];
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) span += __shfl_xor_sync(0xffffffffu, span, off);
-      if (lane == 0) s_dec[t] = ssu_math::exp(A_h * span);
+      for (int i = 0; i <= c + t; ++i) span += s_delta[i];
+      s_dec[t] = ssu_math::exp(A_h * span);
     }
   }
 
