@@ -2,10 +2,11 @@
 // flush op for every state format (f32, f16, bf16, int16 block-scaled) and
 // input dtype; extern "C" entry points ssu_replay_<state>_<input>.
 //
-// A block owns one (sequence, head) pair and a tile of rows. It reads the
-// slot's counters, decides commit / flush / append for its sequence, stages
-// the entries of the call in shared memory (the committed ring entries, then
-// the call's tokens) and streams the checkpoint rows once through registers:
+// A block owns one (sequence, head) pair and a tile of rows. In three
+// dependent round trips (slot; counters with the checkpoint tile; committed
+// ring entries) it stages the call's inputs and the committed entries in
+// shared memory by cp.async, each in its own array, decides commit / flush /
+// append for its sequence, and reads the checkpoint rows once:
 //  - append steps (per-head step size and A) read the checkpoint and never
 //    write it: out_t = e^{A S_t} (h0 . C_t) + sum_j w_tj (B_j . C_t) x_j + D x_t
 //    with S_t the step sizes summed from the checkpoint to token t and
