@@ -153,6 +153,10 @@ typedef struct ssu_cuda_m3_pipe_launch {
 #ifndef SSU_CUDA_REPLAY_THREADS
 #define SSU_CUDA_REPLAY_THREADS 128
 #endif
+/* The warp-per-head replay kernels: one warp per (sequence, head), this many
+ * to a block of SSU_CUDA_REPLAY_THREADS, each with its own slice of shared
+ * memory and no block-wide barrier. */
+#define SSU_CUDA_REPLAY_WARPS (SSU_CUDA_REPLAY_THREADS / 32)
 typedef struct ssu_cuda_replay_launch {
   ssu_replay_params p;
   int32_t lanes_per_row;
@@ -174,7 +178,9 @@ typedef struct ssu_cuda_replay_launch {
   int32_t off_scale;  /* [rows] int16 decode scales                       */
   int32_t off_tile;   /* [rows][N] the checkpoint tile, in the state dtype
                          (per-head layouts)                              */
-  int32_t reserved0;
+  int32_t warp_slice; /* warp-per-head kernels: bytes of shared memory per
+                         warp; the offsets above are within a warp's slice
+                         (rows = P, no tile)                             */
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -66,7 +66,7 @@ __device__ __forceinline__ void unpack_row(const uint4* raw, int lane_r, int lpr
 // its elements dense) to shared dst[i * len], unconverted: 16-byte cp.async
 // where the rows allow (nothing waits on them before the block's
 // cp.async.wait_all), element copies otherwise.
-template <typename T>
+template <typename T, int NT = SSU_CUDA_REPLAY_THREADS>
 __device__ __forceinline__ void stage_async(T* dst, const T* src, int64_t stride, int count,
                                             int len, int tid) {
   if (count <= 0 || len <= 0) return;
@@ -77,7 +77,7 @@ __device__ __forceinline__ void stage_async(T* dst, const T* src, int64_t stride
   const bool p2 = (per & (per - 1)) == 0;
   const int sh = __ffs(per) - 1;
   const int total = count * per;
-  for (int q = tid; q < total; q += SSU_CUDA_REPLAY_THREADS) {
+  for (int q = tid; q < total; q += NT) {
     const int i = p2 ? q >> sh : q / per;
     const int k = q - i * per;
     if (vec)
@@ -742,12 +742,420 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 }
 
 
+// ---- one warp per (sequence, head) ------------------------------------------
+// The kernels above stage a block's checkpoint tile in shared memory and
+// synchronize four warps at every phase; at serving batch their barriers
+// and per-block bookkeeping, not the memory system, set the pace. Here one
+// warp owns a whole head: it streams the head's rows through registers (two
+// row steps in flight), stages only the small per-token inputs and the
+// committed ring entries in its own slice of shared memory, and never waits
+// for another warp. Per-head step size and A only, rows of 8 lanes with up
+// to 16 state elements per lane (N * sizeof(state) a multiple of 128 bytes,
+// at most 512 for f32 and 256 for 16-bit states); the planner sends other
+// shapes to the block kernels.
+constexpr int kReplayWarpEl = 16;  // state elements per lane and row
+// Five blocks of four warps per SM: 102 registers a thread.
+constexpr int kReplayWarpMinBlocks = 5 * 128 / SSU_CUDA_REPLAY_THREADS;
+
+template <typename ST, typename IT>
+__device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L) {
+  constexpr int VEC = 16 / sizeof(ST);
+  constexpr int KC = kReplayWarpEl / VEC;  // 16-byte chunks per lane and row, at most
+  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  constexpr unsigned kAll = 0xffffffffu;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const ssu_replay_params& rp = L.p;
+  const ssu_update_params& p = rp.u;
+  const uint32_t f = p.features;
+  const bool flush_op = rp.rflags & SSU_RF_FLUSH_OP;
+  const bool writes = !(f & SSU_F_DISABLE_UPDATE);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * SSU_CUDA_REPLAY_WARPS + warp;
+  if (item >= p.batch * p.nheads) return;
+  const int64_t b = item / p.nheads;
+  const int64_t h = item - b * p.nheads;
+  const int64_t g = h / p.heads_per_group;
+  const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
+  const int Lr = static_cast<int>(rp.ring_len);
+  const bool reporter = h == 0 && lane == 0;
+
+  // This warp's slice of shared memory (offsets as for the block kernels,
+  // with rows = P, within a slice of L.warp_slice bytes).
+  unsigned char* const ws = smem + static_cast<int64_t>(warp) * L.warp_slice;
+  IT* const s_Br = reinterpret_cast<IT*>(ws + L.off_Br);  // [L][N] committed B
+  IT* const s_Bt = reinterpret_cast<IT*>(ws + L.off_Bt);  // [T][N]
+  IT* const s_C = reinterpret_cast<IT*>(ws + L.off_C);    // [T][N]
+  IT* const s_xr = reinterpret_cast<IT*>(ws + L.off_xr);  // [L][P] committed x
+  IT* const s_xt = reinterpret_cast<IT*>(ws + L.off_xt);  // [T][P]
+  IT* const s_z = reinterpret_cast<IT*>(ws + L.off_z);    // [T][P]
+  float* const s_delta = reinterpret_cast<float*>(ws + L.off_delta);  // [E]
+  float* const s_dA = reinterpret_cast<float*>(ws + L.off_dA);        // [E]
+  float* const s_dtt = reinterpret_cast<float*>(ws + L.off_dtt);      // [T]
+  float* const s_D = reinterpret_cast<float*>(ws + L.off_D);          // [P]
+  float* const s_y = reinterpret_cast<float*>(ws + L.off_y);          // [T][P]
+  float* const s_coef = reinterpret_cast<float*>(ws + L.off_coef);    // [T][E], [T]
+  float* const s_scale = reinterpret_cast<float*>(ws + L.off_scale);  // [P]
+
+  // ---- 1. the sequence: tokens and slot, and this call's inputs ------------
+  int64_t tok0 = 0;
+  int T = static_cast<int>(p.ntokens);
+  const int64_t slot =
+      (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
+  if (f & SSU_F_VARLEN) {
+    tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
+    const int64_t len =
+        load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
+    if (len > p.ntokens && reporter) report(p.error_word, SSU_BIT_SEQLEN);
+    if (len <= 0) return;  // skipped: nothing of the slot touched
+    T = static_cast<int>(len > p.ntokens ? p.ntokens : len);
+  }
+  stage_async<IT, 32>(s_Bt, static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t +
+                                g * p.B_stride_g,
+                      p.B_stride_t, T, N, lane);
+  stage_async<IT, 32>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t +
+                               g * p.C_stride_g,
+                      p.C_stride_t, T, N, lane);
+  stage_async<IT, 32>(s_xt, static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
+                                h * p.x_stride_h,
+                      p.x_stride_t, T, P, lane);
+  if (f & SSU_F_HAS_Z)
+    stage_async<IT, 32>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b +
+                                 tok0 * p.z_stride_t + h * p.z_stride_h,
+                        p.z_stride_t, T, P, lane);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+  IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
+  auto zero_outputs = [&] {  // padding: exact zeros, nothing of the slot touched
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    for (int i = lane; i < T * P; i += 32) {
+      const int t = i / P;
+      out_bh[(tok0 + t) * p.out_stride_t + (i - t * P)] = from_f32<IT>(0.f);
+    }
+  };
+  if (is_pad(slot, p.pad_slot_id)) {
+    zero_outputs();
+    return;
+  }
+  if (slot >= p.nslots) {
+    if (reporter) report(p.error_word, SSU_BIT_INDEX);
+    zero_outputs();
+    return;
+  }
+  const int64_t s = slot;
+
+  // ---- 2. the counters, with the first two row steps of the checkpoint in
+  // flight. Row step rs covers rows 4 rs + grp; lane l8 of a row holds its
+  // 16-byte chunks l8 + 8 k (a quarter warp reads 128 contiguous bytes).
+  const int grp = lane >> 3, l8 = lane & 7;
+  const int kc = N / VEC / 8;
+  const int nsteps = (P + 3) / 4;
+  const int64_t head_off = h * static_cast<int64_t>(P) * N;
+  ST* const ckpt = static_cast<ST*>(p.state) + s * p.state_stride_slot + head_off;
+  auto load_step = [&](int rs, uint4* raw) {
+    const int row = rs * 4 + grp;
+#pragma unroll
+    for (int k = 0; k < KC; ++k) {
+      raw[k] = make_uint4(0u, 0u, 0u, 0u);
+      if (row < P && k < kc)
+        raw[k] = __ldcs(reinterpret_cast<const uint4*>(ckpt + static_cast<int64_t>(row) * N +
+                                                       (l8 + 8 * k) * VEC));
+    }
+  };
+  uint4 raw0[KC], raw1[KC];
+  load_step(0, raw0);
+  load_step(1, raw1);
+
+  const int committed = rp.committed[s * rp.committed_stride];
+  // Other warps of the sequence may already have counted themselves in the
+  // high bits of pending; its low 16 bits stay the caller's value.
+  const int pend = *reinterpret_cast<volatile int*>(rp.pending + s * rp.pending_stride) & 0xffff;
+  int64_t a = pend;
+  if (rp.rflags & SSU_RF_HAS_ACCEPTED)
+    a = load_index(rp.num_accepted, rp.accepted_dtype, b * rp.num_accepted_stride);
+  const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
+  auto token_delta = [&](int t) {
+    const int64_t tok = tok0 + t;
+    float v = load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h);
+    if (f & SSU_F_HAS_DT_BIAS) v += load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
+    if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
+    return v;
+  };
+  for (int t = lane; t < T; t += 32) s_dtt[t] = token_delta(t);
+  for (int r = lane; r < P; r += 32) {
+    s_D[r] = (f & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, h * p.D_stride_h + r * p.D_stride_p)
+                               : 0.f;
+    if (QUANT) s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r];
+  }
+  if (committed < 0 || committed > Lr || pend > Lr || committed + pend > Lr) {
+    if (reporter) report(p.error_word, SSU_BIT_COUNTERS);
+    zero_outputs();  // counters out of range: handled as padding
+    return;
+  }
+  if (a < 0 || a > pend) {
+    if (reporter) report(p.error_word, SSU_BIT_ACCEPTED);
+    a = a < 0 ? 0 : pend;
+  }
+  const int c = committed + static_cast<int>(a), E = c + T;
+  const bool flush = flush_op ? c > 0 : c + T > Lr;
+  const int newc = flush ? 0 : c;
+  const bool closed = !flush;
+
+  // ---- 3. the committed ring entries ------------------------------------------
+  stage_async<IT, 32>(s_Br, static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
+                                g * rp.ring_B_stride_g,
+                      rp.ring_B_stride_l, c, N, lane);
+  stage_async<IT, 32>(s_xr, static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
+                                h * rp.ring_x_stride_h,
+                      rp.ring_x_stride_l, c, P, lane);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  __syncwarp();  // s_dtt
+  const float* const dt_ring = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
+  for (int j = lane; j < E; j += 32) {
+    const float d = j < c ? dt_ring[j * rp.ring_dt_stride_l] : s_dtt[j - c];
+    s_delta[j] = d;
+    s_dA[j] = ssu_math::exp(A_h * d);
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncwarp();
+
+  // Every ring entry and counter this warp reads is read: count it in.
+  int arrived = 0;
+  if (writes && lane == 0) arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000) >> 16;
+
+  auto B_of = [&](int j) -> const IT* { return j < c ? s_Br + j * N : s_Bt + (j - c) * N; };
+  auto x_of = [&](int j, int r) {
+    return to_f32(j < c ? s_xr[j * P + r] : s_xt[(j - c) * P + r]);
+  };
+
+  // ---- append this call's x rows (only this warp reads this head's rows) ---
+  if (writes && !flush_op && T > 0) {
+    IT* const dst = static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
+                    h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l;
+    constexpr int V = 16 / sizeof(IT);
+    const bool vec = P % V == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
+                     (rp.ring_x_stride_l * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+    const int per = vec ? P / V : P;
+    for (int q = lane; q < T * per; q += 32) {
+      const int t = q / per, k = q - t * per;
+      if (vec)
+        *reinterpret_cast<uint4*>(dst + t * rp.ring_x_stride_l + k * V) =
+            *reinterpret_cast<const uint4*>(s_xt + t * P + k * V);
+      else
+        dst[t * rp.ring_x_stride_l + k] = s_xt[t * P + k];
+    }
+  }
+
+  // ---- closed form: the weights of the committed entries and tokens -------
+  float* const s_dec = s_coef + T * E;
+  if (closed) {
+    for (int base = 0; base < T * E; base += 4) {
+      const int q = min(base + grp, T * E - 1);
+      const int t = q / E, j = q - t * E;
+      const IT* const Bj = B_of(j);
+      const IT* const Ct = s_C + t * N;
+      float dot = 0.f;
+      for (int n = l8 * 4; n < N; n += 32) {
+        const float4 bq = load4(Bj + n), cq = load4(Ct + n);
+        dot = __fmaf_rn(bq.x, cq.x, dot);
+        dot = __fmaf_rn(bq.y, cq.y, dot);
+        dot = __fmaf_rn(bq.z, cq.z, dot);
+        dot = __fmaf_rn(bq.w, cq.w, dot);
+      }
+      dot += __shfl_xor_sync(kAll, dot, 4);
+      dot += __shfl_xor_sync(kAll, dot, 2);
+      dot += __shfl_xor_sync(kAll, dot, 1);
+      if (l8 == 0 && base + grp < T * E) {
+        float w = 0.f;
+        if (j <= c + t) {
+          float span = 0.f;
+          for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
+          w = ssu_math::exp(A_h * span) * s_delta[j] * dot;
+        }
+        s_coef[q] = w;
+      }
+    }
+    for (int t = lane; t < T; t += 32) {
+      float span = 0.f;
+      for (int i = 0; i <= c + t; ++i) span += s_delta[i];
+      s_dec[t] = ssu_math::exp(A_h * span);
+    }
+  }
+
+  // ---- rows -----------------------------------------------------------------
+  // A lane's elements of row step rs as fp32 (decode scale applied when asked).
+  auto unpack = [&](const uint4* raw, float scale, float* v) {
+#pragma unroll
+    for (int k = 0; k < KC; ++k) {
+      Chunk<ST, VEC> cc;
+      cc.u = raw[k];
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        float e = to_f32(cc.e[i]);
+        if constexpr (QUANT) e *= scale;
+        v[k * VEC + i] = e;
+      }
+    }
+  };
+  // The row's dot product with C_t over its 8 lanes.
+  auto row_dot = [&](const float* v, const IT* Ct) {
+    float dot = 0.f;
+#pragma unroll
+    for (int k = 0; k < KC; ++k) {
+      if (k < kc) {
+        const int n0 = (l8 + 8 * k) * VEC;
+#pragma unroll
+        for (int i = 0; i < VEC; i += 4) {
+          const float4 c4 = load4(Ct + n0 + i);
+          dot = __fmaf_rn(v[k * VEC + i], c4.x, dot);
+          dot = __fmaf_rn(v[k * VEC + i + 1], c4.y, dot);
+          dot = __fmaf_rn(v[k * VEC + i + 2], c4.z, dot);
+          dot = __fmaf_rn(v[k * VEC + i + 3], c4.w, dot);
+        }
+      }
+    }
+    dot += __shfl_xor_sync(kAll, dot, 4);
+    dot += __shfl_xor_sync(kAll, dot, 2);
+    dot += __shfl_xor_sync(kAll, dot, 1);
+    return dot;
+  };
+  const bool sr = f & SSU_F_STOCHASTIC;
+  const uint64_t seed = sr && flush && writes ? *p.sr_seed : 0;
+  // Append step: h0 . C_t per row (the checkpoint is only read). Flush step:
+  // fold the committed entries into the row with the update's own fp32
+  // operation sequence, store it exactly as the plain update would, then
+  // run the call's tokens.
+  auto do_step = [&](int rs, const uint4* raw) {
+    const int row = rs * 4 + grp;
+    const bool valid = row < P;
+    const int rr = valid ? row : 0;
+    float v[KC * VEC];
+    if (closed) {
+      unpack(raw, 1.f, v);
+      for (int t = 0; t < T; ++t) {
+        float dot = row_dot(v, s_C + t * N);
+        if constexpr (QUANT) dot *= s_scale[rr];
+        if (valid && l8 == 0) s_y[t * P + row] = dot;
+      }
+      return;
+    }
+    unpack(raw, QUANT ? s_scale[rr] : 1.f, v);
+    auto advance = [&](int j) {
+      const float dA = s_dA[j];
+      const float dtx = s_delta[j] * x_of(j, rr);
+      const IT* const Bj = B_of(j);
+#pragma unroll
+      for (int k = 0; k < KC; ++k) {
+        if (k < kc) {
+          float bv[VEC];
+          load_vec<IT, VEC>(Bj + (l8 + 8 * k) * VEC, bv);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) v[k * VEC + i] = v[k * VEC + i] * dA + bv[i] * dtx;
+        }
+      }
+    };
+    for (int j = 0; j < c; ++j) advance(j);
+    if (writes) {
+      RowStore rst;
+      rst.seed = seed;
+      rst.rounds = p.sr_rounds;
+      rst.enc = 1.f;
+      if constexpr (QUANT) rst.enc = row_encode_factor<KC * VEC>(v, 8);
+      if (valid) {
+        ST* const dst_row = ckpt + static_cast<int64_t>(row) * N;
+#pragma unroll
+        for (int k = 0; k < KC; ++k) {
+          const int ci = l8 + 8 * k;
+          if (k < kc) {
+            rst.L0 = static_cast<uint64_t>(s * p.state_stride_slot + head_off +
+                                           static_cast<int64_t>(row) * N + ci * VEC);
+            Chunk<ST, VEC> cc;
+            if (sr)
+              encode_chunk<ST, VEC, true>(cc.e, v + k * VEC, rst);
+            else
+              encode_chunk<ST, VEC, false>(cc.e, v + k * VEC, rst);
+            store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
+          }
+        }
+        if constexpr (QUANT)
+          if (l8 == 0) p.state_scale[s * p.state_scale_stride_slot + h * P + row] = 1.f / rst.enc;
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      advance(c + t);
+      const float dot = row_dot(v, s_C + t * N);
+      if (valid && l8 == 0) s_y[t * P + row] = dot;
+    }
+  };
+  if (T > 0 || flush) {
+    __syncwarp();  // s_coef, s_dec
+    for (int rs = 0; rs < nsteps; rs += 2) {
+      do_step(rs, raw0);
+      load_step(rs + 2, raw0);
+      if (rs + 1 < nsteps) do_step(rs + 1, raw1);
+      load_step(rs + 3, raw1);
+    }
+  }
+  __syncwarp();
+
+  // ---- outputs --------------------------------------------------------------
+  for (int i = lane; i < T * P; i += 32) {
+    const int t = i / P, r = i - t * P;
+    float y = s_y[i];
+    if (closed) {
+      y *= s_dec[t];
+      const float* coef = s_coef + t * E;
+      for (int j = 0; j <= c + t; ++j) y += coef[j] * x_of(j, r);
+    }
+    y += s_D[r] * to_f32(s_xt[i]);
+    if (f & SSU_F_HAS_Z) y *= silu(to_f32(s_z[i]));
+    out_bh[(tok0 + t) * p.out_stride_t + r] = from_f32<IT>(y);
+  }
+  if (!writes) return;
+
+  // ---- the sequence's last warp: shared ring entries and the counters -----
+  const bool last = __shfl_sync(kAll, (arrived & 0x7fff) == static_cast<int>(p.nheads) - 1, 0);
+  if (!last) return;
+  __threadfence();
+  if (!flush_op) {
+    const int G = static_cast<int>(p.ngroups);
+    IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
+    for (int i = lane; i < T * G * N; i += 32) {
+      const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
+      Bw[(newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
+          static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
+                                      gg * p.B_stride_g + n];
+    }
+    const int H = static_cast<int>(p.nheads);
+    float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
+    for (int i = lane; i < T * H; i += 32) {
+      const int t = i / H, hh = i - t * H;
+      const int64_t tok = tok0 + t;
+      float v = load_param(p.dt, p.dt_dtype,
+                           b * p.dt_stride_b + tok * p.dt_stride_t + hh * p.dt_stride_h);
+      if (f & SSU_F_HAS_DT_BIAS)
+        v += load_param(p.dt_bias, p.dt_bias_dtype, hh * p.dt_bias_stride_h);
+      if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
+      dw[(newc + t) * rp.ring_dt_stride_l + hh * rp.ring_dt_stride_h] = v;
+    }
+  }
+  if (lane == 0) {
+    rp.committed[s * rp.committed_stride] = newc;
+    rp.pending[s * rp.pending_stride] = flush_op ? 0 : T;
+  }
+}
+
 }  // namespace
 
 #define SSU_REPLAY_KERNEL(SNAME, ST, INAME, IT)                                          \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayMinBlocks)                         \
       ssu_replay_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                      \
     replay_body<ST, IT>(L);                                                              \
+  }                                                                                      \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks) \
+      ssu_replay_warp_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                 \
+    replay_warp_body<ST, IT>(L);                                                         \
   }
 #define SSU_REPLAY_KERNELS(SNAME, ST)            \
   SSU_REPLAY_KERNEL(SNAME, ST, f32, float)       \

@@ -235,10 +235,17 @@ class CudaBackend final : public Backend {
         }
       rotary_fn_ = load_function("ssu_mamba3_rotary");
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_ROWS")) replay_max_rows_ = std::atoi(e);
+      // SSU_CUDA_REPLAY_WARP=0 keeps every replay on the block kernels, =1
+      // takes the warp-per-head kernels at any batch where the shape allows
+      // (tests and measurements); unset, the batch decides.
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_WARP")) replay_warp_ = std::atoi(e) != 0 ? 1 : 0;
       for (int si = 0; si < kStateDtypes; ++si)
-        for (int i = 0; i < 3; ++i)
+        for (int i = 0; i < 3; ++i) {
           replay_fn_[si][i] = load_streaming_kernel(
               format("ssu_replay_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
+          replay_warp_fn_[si][i] = load_streaming_kernel(
+              format("ssu_replay_warp_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
+        }
     } catch (...) {
       release();
       throw;
@@ -345,6 +352,25 @@ class CudaBackend final : public Backend {
     std::memset(&L, 0, sizeof L);
     L.p = rp;
     const int64_t bh = p.batch * p.nheads;
+    if (p.nheads >= 32768)
+      fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld is too many heads per sequence for the replay "
+           "kernels (limit 32767)", static_cast<long long>(p.nheads));
+    // The warp-per-head kernels once the call has warps to fill every SM
+    // many times over (a warp streams its whole head with two row steps in
+    // flight); the block kernels split heads into tiles below that.
+    const bool warp_batch = replay_warp_ == 1 || bh >= kReplayWarpMinItemsPerSm * sms_;
+    const int64_t warp_need = warp_batch ? replay_warp_smem(rp, &L) : -1;
+    if (warp_need >= 0) {
+      // One warp per (sequence, head), four per block.
+      const int64_t blocks = (bh + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
+      if (blocks > INT32_MAX)
+        fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
+             static_cast<long long>(bh));
+      void* args[] = {&L};
+      launch(replay_warp_fn_[si][ii], static_cast<unsigned>(blocks), SSU_CUDA_REPLAY_THREADS,
+             static_cast<unsigned>(warp_need), stream, args);
+      return;
+    }
     // Whole heads per block once they fill the device four times over;
     // smaller row tiles (more blocks) below that.
     const int rows = replay_rows(rp, bh);
@@ -529,9 +555,33 @@ class CudaBackend final : public Backend {
     return r;
   }
 
+  // The warp-per-head replay kernels' launch (kernels/ssu_replay.cu): fills
+  // L's geometry and the offsets within one warp's slice of shared memory
+  // (L->warp_slice bytes) and returns the block's dynamic shared memory, or
+  // -1 where those kernels cannot take the plan's shape (per-channel step
+  // size or A; rows that are not 8 lanes of at most 16 elements, i.e. N *
+  // sizeof(state) a multiple of 128 bytes up to 16 * 8 elements; slices too
+  // large for two blocks per SM).
+  int64_t replay_warp_smem(const ssu_replay_params& rp, ssu_cuda_replay_launch* L) const {
+    const ssu_update_params& p = rp.u;
+    if (replay_warp_ == 0) return -1;
+    if (p.features & (SSU_F_DT_PER_CHANNEL | SSU_F_A_PER_CHANNEL)) return -1;
+    const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
+    const int64_t chunks = p.dstate * sb / 16;
+    if (chunks % 8 != 0 || chunks / 8 > 16 / (16 / sb)) return -1;
+    const int64_t slice = align16(replay_smem(rp, static_cast<int>(p.dim), L, false));
+    const int64_t need = slice * SSU_CUDA_REPLAY_WARPS;
+    if (slice > INT32_MAX || need > max_smem_ || 2 * need > smem_per_sm_) return -1;
+    L->lanes_per_row = 8;
+    L->warp_slice = static_cast<int32_t>(slice);
+    return need;
+  }
+
   // Fills the geometry and shared-memory offsets of a replay launch with
   // `rows` rows per block; returns the dynamic shared memory it needs.
-  int64_t replay_smem(const ssu_replay_params& rp, int rows, ssu_cuda_replay_launch* L) const {
+  // (with_tile false: no checkpoint tile, for the warp-per-head kernels.)
+  int64_t replay_smem(const ssu_replay_params& rp, int rows, ssu_cuda_replay_launch* L,
+                      bool with_tile = true) const {
     const ssu_update_params& p = rp.u;
     const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
     const int chunks = static_cast<int>(p.dstate) * sb / 16;
@@ -550,7 +600,7 @@ class CudaBackend final : public Backend {
     auto put = [&](int64_t floats) { return put_bytes(floats * 4); };
     // The checkpoint tile first (per-head step size and A only).
     const bool closed_form = !dt_pc && !(p.features & SSU_F_A_PER_CHANNEL);
-    L->off_tile = put_bytes(closed_form ? int64_t(rows) * N * sb : 0);
+    L->off_tile = put_bytes(closed_form && with_tile ? int64_t(rows) * N * sb : 0);
     L->off_Br = put_bytes(Lr * N * ib);
     L->off_Bt = put_bytes(T * N * ib);
     L->off_C = put_bytes(T * N * ib);
@@ -1039,7 +1089,10 @@ class CudaBackend final : public Backend {
   static constexpr int kDirectWarpsPerSm = 15;
   CUfunction advance_seed_fn_ = nullptr;
   CUfunction replay_fn_[kStateDtypes][3] = {};
+  CUfunction replay_warp_fn_[kStateDtypes][3] = {};
+  static constexpr int64_t kReplayWarpMinItemsPerSm = 24;
   int replay_max_rows_ = 0;
+  int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
   int m3p_regs_blocks_[3][kM3pRanks] = {};

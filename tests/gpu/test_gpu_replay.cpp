@@ -1,5 +1,6 @@
 // The replay (checkpointed decode) on the CUDA backend: every case of the
-// shared replay table against the float64 reference at every step, and bit
+// shared replay table (per-head cases also with N = 64, for the
+// warp-per-head kernels) against the float64 reference at every step, and bit
 // for bit against the CPU backend (checkpoint pool in every format, int16
 // codes and scales and stochastically rounded bits included, rings and
 // counters, after every step and after the flush op); replay steps and
@@ -15,6 +16,8 @@
 //   SSU_TEST_EVERY=<k>           only every k-th table case (sanitizer runs)
 //   SSU_TEST_VERBOSE=1           print every case as it runs
 //   SSU_LONG_TESTS=1             also the long table (serving-sized batches)
+//   SSU_CUDA_REPLAY_WARP=0       the block kernels only (default here: 1, the
+//                                warp-per-head kernels wherever the shape allows)
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -197,6 +200,16 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
     const std::vector<ReplayCase> more = replay_long_case_table();
     table.insert(table.end(), more.begin(), more.end());
   }
+  // The table's rows of 16 elements run on the block kernels; every per-head
+  // case runs again with N = 64 (rows of a multiple of 128 bytes), which
+  // the warp-per-head kernels take.
+  const size_t shared_cases = table.size();
+  for (size_t i = 0; i < shared_cases; ++i) {
+    ReplayCase c = table[i];
+    if (c.mamba1 || c.N == 64) continue;
+    c.N = 64;
+    table.push_back(c);
+  }
   const std::vector<ReplayCase> cases = selected(table, true);
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
@@ -353,4 +366,9 @@ TEST_CASE("gpu: slot >= S, num_accepted > pending and bad counters set the error
   }
 }
 
-int main(int argc, char** argv) { return run_gpu_tests(argc, argv, setup, teardown); }
+int main(int argc, char** argv) {
+  // The warp-per-head kernels at every batch (unless the environment says
+  // otherwise), so that the table's small batches exercise them too.
+  setenv("SSU_CUDA_REPLAY_WARP", "1", 0);
+  return run_gpu_tests(argc, argv, setup, teardown);
+}
