@@ -853,14 +853,17 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const int nsteps = (P + 3) / 4;
   const int64_t head_off = h * static_cast<int64_t>(P) * N;
   ST* const ckpt = static_cast<ST*>(p.state) + s * p.state_stride_slot + head_off;
+  // The lane's first chunk of row step 0; a step is 4 rows further, chunk k
+  // 8 k chunks further (immediate offsets).
+  const uint4* const lane_src = reinterpret_cast<const uint4*>(ckpt + grp * N) + l8;
+  const int step_chunks = 4 * N / VEC;
   auto load_step = [&](int rs, uint4* raw) {
-    const int row = rs * 4 + grp;
+    const bool in = rs * 4 + grp < P;
+    const uint4* const src = lane_src + rs * step_chunks;
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
       raw[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (row < P && k < kc)
-        raw[k] = __ldcs(reinterpret_cast<const uint4*>(ckpt + static_cast<int64_t>(row) * N +
-                                                       (l8 + 8 * k) * VEC));
+      if (in && k < kc) raw[k] = __ldcs(src + 8 * k);
     }
   };
   uint4 raw0[KC], raw1[KC];
@@ -1022,24 +1025,24 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   };
   const bool sr = f & SSU_F_STOCHASTIC;
   const uint64_t seed = sr && flush && writes ? *p.sr_seed : 0;
-  // Append step: h0 . C_t per row (the checkpoint is only read). Flush step:
-  // fold the committed entries into the row with the update's own fp32
-  // operation sequence, store it exactly as the plain update would, then
-  // run the call's tokens.
-  auto do_step = [&](int rs, const uint4* raw) {
+  // Flush step: fold the committed entries into the row with the update's
+  // own fp32 operation sequence, store it exactly as the plain update would,
+  // then run the call's tokens. (Append steps, below: h0 . C_t per row, the
+  // checkpoint only read.)
+  // Every row step, the next two in flight.
+  auto run_steps = [&](auto&& step) {
+    for (int rs = 0; rs < nsteps; rs += 2) {
+      step(rs, raw0);
+      load_step(rs + 2, raw0);
+      if (rs + 1 < nsteps) step(rs + 1, raw1);
+      load_step(rs + 3, raw1);
+    }
+  };
+  auto fold_step = [&](int rs, const uint4* raw) {
     const int row = rs * 4 + grp;
     const bool valid = row < P;
     const int rr = valid ? row : 0;
     float v[KC * VEC];
-    if (closed) {
-      unpack(raw, 1.f, v);
-      for (int t = 0; t < T; ++t) {
-        float dot = row_dot(v, s_C + t * N);
-        if constexpr (QUANT) dot *= s_scale[rr];
-        if (valid && l8 == 0) s_y[t * P + row] = dot;
-      }
-      return;
-    }
     unpack(raw, QUANT ? s_scale[rr] : 1.f, v);
     auto advance = [&](int j) {
       const float dA = s_dA[j];
@@ -1088,14 +1091,47 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       if (valid && l8 == 0) s_y[t * P + row] = dot;
     }
   };
-  if (T > 0 || flush) {
-    __syncwarp();  // s_coef, s_dec
-    for (int rs = 0; rs < nsteps; rs += 2) {
-      do_step(rs, raw0);
-      load_step(rs + 2, raw0);
-      if (rs + 1 < nsteps) do_step(rs + 1, raw1);
-      load_step(rs + 3, raw1);
-    }
+  __syncwarp();  // s_coef, s_dec
+  if (flush) {
+    run_steps(fold_step);
+  } else if (T == 1) {
+    // One token (the common decode step): the lane's C elements stay in
+    // registers for every row.
+    float c0[KC * VEC];
+#pragma unroll
+    for (int k = 0; k < KC; ++k)
+      if (k < kc) load_vec<IT, VEC>(s_C + (l8 + 8 * k) * VEC, c0 + k * VEC);
+    auto row_dot0 = [&](const float* v) {
+      float dot = 0.f;
+#pragma unroll
+      for (int k = 0; k < KC; ++k)
+        if (k < kc)
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], c0[k * VEC + i], dot);
+      dot += __shfl_xor_sync(kAll, dot, 4);
+      dot += __shfl_xor_sync(kAll, dot, 2);
+      dot += __shfl_xor_sync(kAll, dot, 1);
+      return dot;
+    };
+    run_steps([&](int rs, const uint4* raw) {
+      const int row = rs * 4 + grp;
+      float v[KC * VEC];
+      unpack(raw, 1.f, v);
+      float dot = row_dot0(v);
+      if constexpr (QUANT) dot *= s_scale[row < P ? row : 0];
+      if (row < P && l8 == 0) s_y[row] = dot;
+    });
+  } else if (T > 1) {
+    run_steps([&](int rs, const uint4* raw) {
+      const int row = rs * 4 + grp;
+      float v[KC * VEC];
+      unpack(raw, 1.f, v);
+      for (int t = 0; t < T; ++t) {
+        float dot = row_dot(v, s_C + t * N);
+        if constexpr (QUANT) dot *= s_scale[row < P ? row : 0];
+        if (row < P && l8 == 0) s_y[t * P + row] = dot;
+      }
+    });
   }
   __syncwarp();
 
