@@ -746,14 +746,17 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 // The kernels above stage a block's checkpoint tile in shared memory and
 // synchronize four warps at every phase; at serving batch their barriers
 // and per-block bookkeeping, not the memory system, set the pace. Here one
-// warp owns a whole head: it streams the head's rows through registers (two
-// row steps in flight), stages only the small per-token inputs and the
+// warp owns a whole head: it streams the head's rows through registers
+// (two or four row steps in flight), stages only the small per-token inputs and the
 // committed ring entries in its own slice of shared memory, and never waits
 // for another warp. Per-head step size and A only, rows of 8 lanes with up
 // to 16 state elements per lane (N * sizeof(state) a multiple of 128 bytes,
 // at most 512 for f32 and 256 for 16-bit states); the planner sends other
 // shapes to the block kernels.
 constexpr int kReplayWarpEl = 16;  // state elements per lane and row
+#ifndef SSU_REPLAY_WARP_DEPTH_F32
+#define SSU_REPLAY_WARP_DEPTH_F32 2
+#endif
 // Five blocks of four warps per SM: 102 registers a thread.
 constexpr int kReplayWarpMinBlocks = 5 * 128 / SSU_CUDA_REPLAY_THREADS;
 
@@ -866,9 +869,14 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       if (in && k < kc) raw[k] = __ldcs(src + 8 * k);
     }
   };
-  uint4 raw0[KC], raw1[KC];
-  load_step(0, raw0);
-  load_step(1, raw1);
+  // Row steps in flight per warp: a warp streams its head alone, so its
+  // bytes in flight (2-4 KiB) set its pace.
+  // (Two before the counters are known: a flush folds with two, its
+  // registers going to the fold.)
+  constexpr int DEPTH = sizeof(ST) == 4 ? SSU_REPLAY_WARP_DEPTH_F32 : 4;
+  uint4 raw[DEPTH][KC];
+  load_step(0, raw[0]);
+  load_step(1, raw[1]);
 
   const int committed = rp.committed[s * rp.committed_stride];
   // Other warps of the sequence may already have counted themselves in the
@@ -1029,13 +1037,15 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // own fp32 operation sequence, store it exactly as the plain update would,
   // then run the call's tokens. (Append steps, below: h0 . C_t per row, the
   // checkpoint only read.)
-  // Every row step, the next two in flight.
-  auto run_steps = [&](auto&& step) {
-    for (int rs = 0; rs < nsteps; rs += 2) {
-      step(rs, raw0);
-      load_step(rs + 2, raw0);
-      if (rs + 1 < nsteps) step(rs + 1, raw1);
-      load_step(rs + 3, raw1);
+  // Every row step, the next D in flight (steps 0 .. D-1 already are).
+  auto run_steps = [&](auto depth, auto&& step) {
+    constexpr int D = decltype(depth)::value;
+    for (int rs = 0; rs < nsteps; rs += D) {
+#pragma unroll
+      for (int d = 0; d < D; ++d) {
+        if (rs + d < nsteps) step(rs + d, raw[d]);
+        load_step(rs + d + D, raw[d]);
+      }
     }
   };
   auto fold_step = [&](int rs, const uint4* raw) {
@@ -1093,7 +1103,12 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   };
   __syncwarp();  // s_coef, s_dec
   if (flush) {
-    run_steps(fold_step);
+    run_steps(std::integral_constant<int, 2>(), fold_step);
+  } else if (T > 0) {
+#pragma unroll
+    for (int d = 2; d < DEPTH; ++d) load_step(d, raw[d]);
+  }
+  if (flush) {
   } else if (T == 1) {
     // One token (the common decode step): the lane's C elements stay in
     // registers for every row.
@@ -1113,7 +1128,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       dot += __shfl_xor_sync(kAll, dot, 1);
       return dot;
     };
-    run_steps([&](int rs, const uint4* raw) {
+    run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
       const int row = rs * 4 + grp;
       float v[KC * VEC];
       unpack(raw, 1.f, v);
@@ -1122,7 +1137,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       if (row < P && l8 == 0) s_y[row] = dot;
     });
   } else if (T > 1) {
-    run_steps([&](int rs, const uint4* raw) {
+    run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
       const int row = rs * 4 + grp;
       float v[KC * VEC];
       unpack(raw, 1.f, v);

@@ -356,7 +356,7 @@ class CudaBackend final : public Backend {
       fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld is too many heads per sequence for the replay "
            "kernels (limit 32767)", static_cast<long long>(p.nheads));
     // The warp-per-head kernels once the call has warps to fill every SM
-    // many times over (a warp streams its whole head with two row steps in
+    // many times over (a warp streams its whole head with two to four row steps in
     // flight); the block kernels split heads into tiles below that.
     const bool warp_batch = replay_warp_ == 1 || bh >= kReplayWarpMinItemsPerSm * sms_;
     const int64_t warp_need = warp_batch ? replay_warp_smem(rp, &L) : -1;
