@@ -35,7 +35,7 @@ from ._api import SsuError
 from ._tensor import _pack
 
 __all__ = ["selective_state_update", "mamba3_step", "mamba3_rotary", "replay", "replay_flush",
-           "clear_cache", "SsuError"]
+           "clear_cache", "set_cpu_threads", "SsuError"]
 
 _L = _lib.lib
 _Tensor = torch.Tensor
@@ -50,15 +50,29 @@ _DTYPES = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
 # ---------------------------------------------------------------------------
 
 _contexts = {}
+_cpu_threads = 0
 
 
 def _context(device):
     """The libssu context of a torch device index (-1: the CPU)."""
     ctx = _contexts.get(device)
     if ctx is None:
-        ctx = _api.Context("cpu") if device < 0 else _api.Context("cuda", device=device)
+        ctx = (_api.Context("cpu", num_threads=_cpu_threads) if device < 0
+               else _api.Context("cuda", device=device))
         _contexts[device] = ctx
     return ctx
+
+
+def set_cpu_threads(num_threads):
+    """Worker threads of the CPU backend that runs CPU tensors, the caller
+    included (0, the default: every hardware thread; 1: the calling thread
+    only, the cheapest for tiny decode batches). Drops every cached plan."""
+    global _cpu_threads
+    clear_cache()
+    old = _contexts.pop(-1, None)
+    if old is not None:
+        old.close()
+    _cpu_threads = int(num_threads)
 
 
 try:
@@ -128,9 +142,10 @@ class _Operation:
 
 
 class _Entry:
-    """A prebuilt argument struct and the plan it runs with."""
+    """A prebuilt argument struct (structs, which `call` stores the data
+    pointers into) and the plan it runs with."""
 
-    __slots__ = ("plan", "ref", "fill", "device", "execute", "structs", "mamba1")
+    __slots__ = ("plan", "structs", "call")
 
 
 def _insert_head(shape, strides, axes):
@@ -237,12 +252,8 @@ def _build(op, tensors, pointers, scalars, key):
                 _flush_plans[_flush_key(descs, device)] = plan
     e = _Entry()
     e.plan = plan
-    e.ref = ref
-    e.device = device
-    e.execute = execute
     e.structs = structs
-    e.mamba1 = mamba1
-    e.fill = _filler(op, slots)
+    e.call = _entry_call(op, slots, execute, plan, ref, device, mamba1)
     if len(op.entries) >= 4096:  # a runaway of layouts: start over
         op.entries.clear()
     op.entries[key] = e
@@ -312,29 +323,31 @@ def _hot_path(op):
         f"    if e is None:\n"
         f"        e = build(op, {_tuple(tensors)}, {_tuple(pointers)}, "
         f"{_tuple(op.scalar_names)}, key)\n"
-        f"    e.fill({', '.join(tensors + pointers)})\n"
-        f"    status = e.execute(e.plan, e.ref, stream(e.device) if e.device >= 0 else 0)\n"
-        f"    if status:\n"
-        f"        fail(op, status, e.mamba1)\n")
-    scope = {"entries": op.entries, "build": _build, "op": op, "stream": _raw_stream,
-             "fail": _raise}
+        f"    e.call({', '.join(tensors + pointers)})\n")
+    scope = {"entries": op.entries, "build": _build, "op": op}
     exec(compile(source, f"<ssu.torch {op.name}>", "exec"), scope)
     return scope["run"]
 
 
-def _filler(op, present):
-    """A function of all of the operation's tensor and pointer arguments
-    that stores the data pointers of those in `present` ((argument index,
-    c_void_p view into a struct) pairs) with one store each."""
+def _entry_call(op, present, execute, plan, ref, device, mamba1):
+    """The function an entry runs per call, given all of the operation's
+    tensor and pointer arguments: one store per present argument's data
+    pointer (`present`: (argument index, c_void_p view into a struct)
+    pairs), then the execute call on the device's current stream."""
     names = [name for name, *_ in op.tensors] + [name for name, _ in op.pointers]
     views = [f"v{k}" for k in range(len(present))]
-    body = [f"        v{k}.value = {names[i]}.data_ptr()" for k, (i, _) in enumerate(present)]
+    stream = "stream(device)" if device >= 0 else "0"
     source = (f"def make({', '.join(views)}):\n"
-              f"    def fill({', '.join(names)}):\n"
-              + ("\n".join(body) or "        pass") + "\n"
-              "    return fill\n")
-    scope = {}
-    exec(compile(source, f"<ssu.torch {op.name} pointers>", "exec"), scope)
+              f"    def call({', '.join(names)}):\n"
+              + "".join(f"        v{k}.value = {names[i]}.data_ptr()\n"
+                        for k, (i, _) in enumerate(present))
+              + f"        status = execute(plan, ref, {stream})\n"
+              "        if status:\n"
+              "            fail(op, status, mamba1)\n"
+              "    return call\n")
+    scope = {"execute": execute, "plan": plan, "ref": ref, "device": device, "op": op,
+             "mamba1": mamba1, "stream": _raw_stream, "fail": _raise}
+    exec(compile(source, f"<ssu.torch {op.name} call>", "exec"), scope)
     return scope["make"](*[view for _, view in present])
 
 
@@ -521,11 +534,10 @@ _mamba3_rotary_op = _custom_op(
     ints=("pad_slot_id",), bools=("halved",))
 
 
-def _direct(t):
-    """Whether a call may skip the dispatcher: a plain tensor outside of
-    tracing (torch.compile, fake tensors and other subclasses go through the
-    registered op)."""
-    return type(t) is _Tensor and not torch.compiler.is_compiling()
+# A call skips the dispatcher when its first tensor is a plain tensor and
+# nothing is tracing; torch.compile, fake tensors and other subclasses go
+# through the registered op. (Tested inline: a helper call costs as much.)
+_compiling = torch.compiler.is_compiling
 
 
 def _seed_tensor(rand_seed, like):
@@ -593,12 +605,14 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
         philox_rounds = 0
     else:
         rand_seed = _seed_tensor(rand_seed, state)
-    if _direct(state):
+    if type(state) is _Tensor and not _compiling():
         call = _SSU.run
     else:
         call = _ssu_op
+        # The op's schema takes exact bools and ints.
         dt_softplus, disable_state_update = bool(dt_softplus), bool(disable_state_update)
-        pad_slot_id, max_seqlen, philox_rounds = int(pad_slot_id), int(max_seqlen), int(philox_rounds)
+        pad_slot_id, max_seqlen = int(pad_slot_id), int(max_seqlen)
+        philox_rounds = int(philox_rounds)
     call(state, x, dt, A, B, C, D, z, dt_bias, out, state_batch_indices, dst_state_batch_indices,
          cu_seqlens, num_accepted_tokens, intermediate_states_buffer, intermediate_state_indices,
          state_scale, intermediate_state_scales, rand_seed,
@@ -631,7 +645,8 @@ def replay(state, ring_x, ring_B, ring_dt, committed, pending, x, dt, A, B, C, D
         philox_rounds = 0
     else:
         rand_seed = _seed_tensor(rand_seed, state)
-    call = _REPLAY.run if _direct(state) else _replay_op
+    direct = type(state) is _Tensor and not _compiling()
+    call = _REPLAY.run if direct else _replay_op
     call(state, state_scale, ring_x, ring_B, ring_dt, committed, pending, x, dt, A, B, C, D, z,
          dt_bias, out, state_batch_indices, cu_seqlens, num_accepted_tokens, rand_seed,
          bool(dt_softplus), bool(disable_state_update), int(pad_slot_id), int(max_seqlen),
@@ -650,7 +665,8 @@ def replay_flush(state, ring_x, ring_B, ring_dt, committed, pending, A, slots,
         philox_rounds = 0
     else:
         rand_seed = _seed_tensor(rand_seed, state)
-    call = _REPLAY_FLUSH.run if _direct(state) else _replay_flush_op
+    direct = type(state) is _Tensor and not _compiling()
+    call = _REPLAY_FLUSH.run if direct else _replay_flush_op
     call(state, state_scale, ring_x, ring_B, ring_dt, committed, pending, A, slots,
          num_accepted_tokens, rand_seed, int(pad_slot_id), int(philox_rounds))
 
@@ -669,7 +685,8 @@ def mamba3_step(state, prev_B, prev_x, A, dt, trap, B, C, x, xproj, D=None, z=No
     if out is None:
         out = x.new_empty(x.shape if outproj is not None else
                           (x.shape[0], B.shape[1]) + tuple(x.shape[1:]))
-    call = _MAMBA3_STEP.run if _direct(state) else _mamba3_step_op
+    direct = type(state) is _Tensor and not _compiling()
+    call = _MAMBA3_STEP.run if direct else _mamba3_step_op
     call(state, prev_B, prev_x, A, dt, trap, B, C, x, xproj, out, D, z, zproj, outproj,
          state_batch_indices, dst_state_batch_indices, bool(update_prev), int(pad_slot_id))
     return out
@@ -687,7 +704,8 @@ def mamba3_rotary(angle_state, angle_rate, dt, q, k, q_bias=None, k_bias=None,
         q_out = torch.empty_like(q)
     if k_out is None:
         k_out = torch.empty_like(k)
-    call = _MAMBA3_ROTARY.run if _direct(angle_state) else _mamba3_rotary_op
+    direct = type(angle_state) is _Tensor and not _compiling()
+    call = _MAMBA3_ROTARY.run if direct else _mamba3_rotary_op
     call(angle_state, angle_rate, dt, q, k, q_out, k_out, q_bias, k_bias, state_batch_indices,
          dst_state_batch_indices, bool(halved), int(pad_slot_id))
     return q_out, k_out
