@@ -383,6 +383,29 @@ def test_torch_compile_fullgraph(device):
 
 
 @needs_cuda
+def test_torch_compile_reduce_overhead():
+    """mode="reduce-overhead" (inductor with CUDA graphs) over several steps
+    leaves the pool and outputs where eager steps leave them."""
+    g = gen(18)
+    a = mamba2_inputs(g, "cuda", torch.float32)
+    xs = [randn(g, *a["x"].shape, device="cuda") for _ in range(4)]
+
+    def step(state, x):
+        return ssut.selective_state_update(state, x, a["dt"], a["A"], a["B"], a["C"], D=a["D"],
+                                           z=a["z"], dt_bias=a["dt_bias"], dt_softplus=True,
+                                           state_batch_indices=a["state_batch_indices"]) * 2
+
+    s_eager, s_comp = a["state"].clone(), a["state"].clone()
+    torch._dynamo.reset()
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    for x in xs:
+        want = step(s_eager, x)
+        got = compiled(s_comp, x).clone()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(s_comp, s_eager, rtol=1e-5, atol=1e-5)
+
+
+@needs_cuda
 def test_cuda_graph_capture_and_replay():
     """Eight captured steps on the current (capture) stream replay to the
     same pool and outputs as eight eager steps."""
