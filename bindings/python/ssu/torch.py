@@ -235,7 +235,7 @@ def _build(op, tensors, pointers, scalars, key):
     plan_key.append(device)
     plan_key = tuple(plan_key)
     ref = ctypes.byref(args)
-    execute = getattr(_L, op.execute_fn)
+    execute = _gil_holding(op.execute_fn)
     if op.flush_of is not None:
         # A flush runs with the plan of the replay steps on the same pools.
         plan = _flush_plans.get(_flush_key(descs, device))
@@ -253,11 +253,23 @@ def _build(op, tensors, pointers, scalars, key):
     e = _Entry()
     e.plan = plan
     e.structs = structs
-    e.call = _entry_call(op, slots, execute, plan, ref, device, mamba1)
+    e.call = _entry_call(op, slots, execute, plan, ctypes.addressof(args), device, mamba1)
     if len(op.entries) >= 4096:  # a runaway of layouts: start over
         op.entries.clear()
     op.entries[key] = e
     return e
+
+
+# execute(plan, args, stream) called with the GIL held. Two threads that hit
+# the same cached entry share its argument struct: releasing the GIL (as
+# plain ctypes calls do) would let one thread store its pointers while the
+# library reads the other's. Holding it costs nothing on the CUDA backend,
+# whose execute only launches, and also saves the release and reacquire.
+_EXECUTE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _gil_holding(name):
+    return _EXECUTE((name, _L))
 
 
 def _device_name(device):

@@ -329,6 +329,34 @@ def test_errors_name_the_argument(device):
         assert "state_batch_indices" in str(e.value)
 
 
+def test_threads_sharing_a_cached_entry():
+    """Four threads calling with one layout (so one cached argument struct)
+    on their own pools get what each would get alone."""
+    import threading
+    g = gen(19)
+    inputs = [mamba2_inputs(g, "cpu", torch.float32) for _ in range(4)]
+    want = []
+    for a in inputs:
+        state = a["state"].clone()
+        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(50)]
+        want.append((state, outs))
+    got = [None] * 4
+
+    def worker(i):
+        a = inputs[i]
+        state = a["state"].clone()
+        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(50)]
+        got[i] = (state, outs)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (ws, wo), (gs, go) in zip(want, got):
+        assert torch.equal(ws, gs) and all(torch.equal(a, b) for a, b in zip(wo, go))
+
+
 def test_mixed_devices_are_refused():
     if "cuda" not in DEVICES:
         pytest.skip("needs CUDA")
