@@ -474,6 +474,14 @@ def test_cuda_graph_capture_and_replay():
 # Mamba-3 and replay through ssu.torch
 # ---------------------------------------------------------------------------
 
+def op_arguments(operation, kwargs):
+    """The positional arguments of torch.ops.ssu.<operation> (its tensors,
+    pointers, then options) from keyword arguments; absent ones are None."""
+    names = [n for n, *_ in operation.tensors] + [n for n, _ in operation.pointers]
+    return tuple(kwargs.get(n) for n in names) + tuple(
+        kwargs[n] for n in operation.scalar_names)
+
+
 def test_mamba3_step(device):
     g = gen(15)
     S, Bt, R, H, P, N = 5, 3, 2, 2, 16, 16
@@ -491,6 +499,8 @@ def test_mamba3_step(device):
     out = ssut.mamba3_step(**a, update_prev=True)
     for got, ref in zip((a["state"], a["prev_B"], a["prev_x"], out), want):
         np.testing.assert_allclose(np64(got), ref, rtol=1e-4, atol=1e-4)
+    torch.library.opcheck(torch.ops.ssu.mamba3_step.default, op_arguments(
+        ssut._MAMBA3_STEP, dict(a, out=out, update_prev=True, pad_slot_id=-1)))
 
 
 def _m3_ref_args(a):
@@ -511,6 +521,9 @@ def test_mamba3_rotary(device):
         np64(a["angle_state"]), np64(a["angle_rate"]), np64(a["dt"]), np64(a["q"]),
         np64(a["k"]), src_index=a["state_batch_indices"].cpu().numpy())
     q_out, k_out = ssut.mamba3_rotary(**a)
+    torch.library.opcheck(torch.ops.ssu.mamba3_rotary.default, op_arguments(
+        ssut._MAMBA3_ROTARY, dict(a, angle_state=a["angle_state"].clone(), q_out=q_out.clone(),
+                                  k_out=k_out.clone(), halved=False, pad_slot_id=-1)))
     got = (a["angle_state"], q_out, k_out)
     np.testing.assert_allclose(np64(got[1]), want[1], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np64(got[2]), want[2], rtol=1e-4, atol=1e-4)
@@ -539,6 +552,10 @@ def test_replay_steps_and_flush_match_plain_updates(device):
         got = ssut.replay(ckpt, **ring, **tok, A=plain["A"], D=plain["D"],
                           dt_bias=plain["dt_bias"], dt_softplus=True, state_batch_indices=slots)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    step = dict(ring, state=ckpt, **tok, A=plain["A"], D=plain["D"], dt_bias=plain["dt_bias"],
+                out=torch.empty_like(tok["x"]), state_batch_indices=slots, dt_softplus=True,
+                disable_state_update=True, pad_slot_id=-1, max_seqlen=0, philox_rounds=0)
+    torch.library.opcheck(torch.ops.ssu.replay.default, op_arguments(ssut._REPLAY, step))
     ssut.replay_flush(ckpt, **ring, A=plain["A"], slots=slots)
     torch.testing.assert_close(ckpt, plain["state"], rtol=1e-5, atol=1e-5)
     assert int(ring["committed"].sum()) == 0 and int(ring["pending"].sum()) == 0
