@@ -310,24 +310,21 @@ def _tuple(names):
 def _hot_path(op):
     """The per-call function of an operation, written out for its arguments:
     look up the prebuilt struct by the options and every tensor's dtype,
-    shape and strides (plus the device of the first two required tensors;
-    the cold path checks that all tensors share it), store the data
-    pointers, call.
+    shape, strides and device, store the data pointers, call. (The device
+    of every tensor is in the key because a struct built for CUDA memory
+    must never receive a host pointer: the cold path refuses mixed devices
+    with an error, a kernel would fault.)
     Spelled out rather than looped, because at a few microseconds per call
     every attribute read and loop step shows."""
     tensors = [name for name, *_ in op.tensors]
     pointers = [name for name, _ in op.pointers]
     params = ", ".join(tensors + pointers + list(op.scalar_names))
-    first, second = [name for name in tensors if name in op.required][:2]
-    key = [_tuple(op.scalar_names),
-           f"{first}.get_device()", f"{second}.get_device()"]
+    key = [_tuple(op.scalar_names)]
     for name in tensors:
-        if name in op.required:
-            key.append(f"{name}.dtype, {name}.shape, {name}.stride()")
-        else:
-            key.append(f"None if {name} is None else ({name}.dtype, {name}.shape, {name}.stride())")
+        layout = f"{name}.dtype, {name}.shape, {name}.stride(), {name}.get_device()"
+        key.append(layout if name in op.required else f"None if {name} is None else ({layout})")
     for name in pointers:
-        key.append(f"None if {name} is None else ({name}.dtype, {name}.shape)")
+        key.append(f"None if {name} is None else ({name}.dtype, {name}.shape, {name}.get_device())")
     source = (
         f"def run({params}):\n"
         f"    key = ({', '.join(key)})\n"
