@@ -9,7 +9,10 @@
 # install only:
 #   1. cargo test of ssu-sys and ssu (offline), which includes the check that
 #      the committed bindgen output matches include/ssu.h;
-#   2. pytest of the Python package, installed with pip;
+#   2. the Python package: pip install of bindings/python (a wheel that
+#      builds a CPU-only libssu from this tree and bundles it), `import ssu`
+#      from it with no SSU_LIBRARY, then pytest against the staged library
+#      (the torch tests run only where torch is installed already);
 #   3. the four examples (C and C++ built with pkg-config only, Rust through
 #      ssu-sys's pkg-config lookup, Python through the installed package) on
 #      the CPU backend, requiring all four to print the same checksum.
@@ -79,14 +82,22 @@ export CARGO_NET_OFFLINE=true
 CARGO_TARGET_DIR="$work/cargo" cargo test --offline --manifest-path bindings/rust/Cargo.toml
 
 # ---- Python ------------------------------------------------------------------
-say "pip install bindings/python into a venv; pytest"
-python3 -m venv "$work/venv"
+say "pip install bindings/python (CPU-only wheel) into a venv; import ssu; pytest"
+# System site packages stay visible, so that a torch installed on the
+# machine is tested too; CI never installs torch itself.
+python3 -m venv --system-site-packages "$work/venv"
 py="$work/venv/bin/python"
 "$py" -m pip install -q --disable-pip-version-check numpy pytest
-# Install from a copy: pip builds in the source directory.
-cp -r bindings/python "$work/pysrc"
-rm -rf "$work/pysrc/build" "$work/pysrc"/*.egg-info
-"$py" -m pip install -q --disable-pip-version-check "$work/pysrc"
+# From the tree itself (its subprojects/libssu symlink must resolve to this
+# repository); the wheel builds and bundles a CPU-only libssu.
+"$py" -m pip install -q --disable-pip-version-check "$root/bindings/python" \
+  -Csetup-args=-Dcuda=disabled
+(cd "$work" && "$py" -c '
+import sys, ssu
+print("import ssu:", ssu.library_path, ssu.version_string())
+sys.exit(0 if ssu.library_path.startswith(sys.prefix) else "ssu did not load its bundled library")')
+"$py" -c 'import torch' 2>/dev/null && echo "torch is installed: the ssu.torch tests run" \
+  || echo "torch is not installed: the ssu.torch tests skip"
 export SSU_LIBRARY="$libso"
 # Run from outside the tree so that `import ssu` is the installed package.
 (cd "$work" && "$work/venv/bin/pytest" -q -p no:cacheprovider "$root/bindings/python/tests")

@@ -6,7 +6,14 @@ Times, on a tiny decode problem (so that the kernel itself is negligible):
   bound       BoundUpdate(): the argument struct built once, one ctypes call;
   bound+ptrs  set_data_ptr() of the per-step tensors (x, dt, B, C, z, out)
               before each call: what a loop whose buffers move pays;
-  execute     plan.execute(**arrays): every array described on every call.
+  execute     plan.execute(**arrays): every array described on every call;
+and, where torch is installed, the torch functions on torch tensors:
+  torch       ssu.torch.selective_state_update(...) with the same 11 tensors:
+              struct lookup by layout, data pointers, one ctypes call;
+  torch-views the same in the layout mamba_ssm, vLLM and transformers pass:
+              A, dt, D, dt_bias as stride-0 expanded views;
+  torch-op    torch.ops.ssu.selective_state_update, through the dispatcher
+              (what a torch.compile graph without CUDA graphs pays).
 With --backend cuda the arrays are torch CUDA tensors and the calls are
 asynchronous launches; the numbers are host time per call (the GPU queue
 is drained outside the timed loops), so they include libssu's own launch
@@ -35,6 +42,36 @@ def best_per_call(fn, iters, sync, repeats=5):
     return best * 1e6
 
 
+def torch_calls(torch, ssut, args, Bt, H, P, N, backend):
+    """The ssu.torch timings: (name, function) pairs on torch tensors."""
+    dev = "cpu" if backend == "cpu" else "cuda"
+    t = {k: (torch.as_tensor(v).to(dev) if not isinstance(v, bool) else v)
+         for k, v in args.items()}
+    idx = t.pop("src_index")
+    flat = dict(t, state_batch_indices=idx)
+
+    def torch_call():
+        ssut.selective_state_update(**flat)
+
+    views = dict(flat, A=t["A"][:, None, None].expand(H, P, N),
+                 dt=t["dt"][:, :, None].expand(Bt, H, P), D=t["D"][:, None].expand(H, P),
+                 dt_bias=t["dt_bias"][:, None].expand(H, P))
+
+    def torch_views():
+        ssut.selective_state_update(**views)
+
+    op = torch.ops.ssu.selective_state_update.default
+    positional = (t["state"], t["x"], t["dt"], t["A"], t["B"], t["C"], t["D"], t["z"],
+                  t["dt_bias"], t["out"], idx, None, None, None, None, None, None, None, None,
+                  True, False, -1, 0, 0)
+
+    def torch_op():
+        op(*positional)
+
+    return [("torch_us", torch_call), ("torch_views_us", torch_views),
+            ("torch_op_us", torch_op)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
@@ -46,9 +83,16 @@ def main():
     from ssu import _lib
 
     Bt, H, P, N, S = 1, 1, 16, 16, 2
+    try:
+        import torch
+        import ssu.torch as ssut
+    except ImportError:
+        torch = None
     if opt.backend == "cpu":
         import numpy as np
         ctx = ssu.Context("cpu", num_threads=1)
+        if torch is not None:
+            ssut.set_cpu_threads(1)  # like ctx: the call itself, no worker wake-ups
 
         def arr(*shape, dtype="float32"):
             return np.zeros(shape, dtype=dtype)
@@ -83,8 +127,12 @@ def main():
 
     version = _lib.lib.ssu_version
     results = {"backend": opt.backend, "device": ctx.device_name, "iters": opt.iters}
-    for name, fn in (("ffi_floor_us", version), ("bound_us", call),
-                     ("bound_ptrs_us", bound_ptrs), ("execute_us", execute)):
+    timed = [("ffi_floor_us", version), ("bound_us", call), ("bound_ptrs_us", bound_ptrs),
+             ("execute_us", execute)]
+    if torch is not None:
+        timed += torch_calls(torch, ssut, args, Bt, H, P, N, opt.backend)
+        results["torch"] = torch.__version__
+    for name, fn in timed:
         fn()
         results[name] = round(best_per_call(fn, opt.iters, sync), 3)
     for k, v in results.items():

@@ -28,6 +28,11 @@ and ``plan.flush(state=..., ring_x=..., ..., A=A, src_index=slots)``
 Stochastic rounding of f16/bf16 states takes ``rounding_seed``, a
 one-element uint64 array the library reads when the update runs;
 ``ctx.advance_seed(seed, increment)`` advances it.
+
+With torch installed, ``ssu.torch`` has the functions engines call on torch
+tensors (``ssu.torch.selective_state_update(state, x, dt, A, B, C, ...)``
+with mamba_ssm's, vLLM's and FlashInfer's arguments), registered as torch
+custom ops. It is not imported by ``import ssu``.
 """
 
 from . import _lib

@@ -2,7 +2,8 @@
 
 The library is looked up, in order, at
   1. the path in the SSU_LIBRARY environment variable,
-  2. libssu.so* inside this package's directory (for wheels that bundle it),
+  2. libssu.so* inside this package's directory (where the wheel built by
+     bindings/python/meson.build puts it),
   3. the system's search path (ctypes.util.find_library, then libssu.so.0).
 
 At import the ctypes struct declarations are checked against the layout
