@@ -15,7 +15,9 @@
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # NO_BUILD=1 runs a build of BUILD made elsewhere as it is (nothing rebuilt;
 # set CPU_SUITES=0 then, since meson test needs the build's own paths).
-# SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9).
+# SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9),
+# SAN_TOOLS the compute-sanitizer tools (default: memcheck racecheck
+# initcheck), SAN_ONLY=1 the sanitizer runs without the plain test runs.
 # Writes OUTDIR/gpu-check.log (everything), OUTDIR/bench.txt (the tables),
 # OUTDIR/bench.json (one JSON document per configuration, in order) and
 # OUTDIR/testlog.txt; prints a short summary last.
@@ -67,6 +69,7 @@ cuobjdump --list-elf "$build/libssu.so" 2>&1 | head -5
 
 # --- tests -------------------------------------------------------------------
 if [ "${TESTS:-1}" != 0 ]; then
+ if [ "${SAN_ONLY:-0}" != 1 ]; then
   t0=$(date +%s)
   env -u SSU_TEST_EVERY "$build/tests/gpu/test_gpu_update" 2>&1
   rc=$?
@@ -101,8 +104,9 @@ if [ "${TESTS:-1}" != 0 ]; then
   else
     note "cpu/api/validation/abi suites: skipped (CPU_SUITES=0)"
   fi
+ fi
   if [ "${SANITIZE:-1}" != 0 ] && command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
+    for tool in ${SAN_TOOLS:-memcheck racecheck initcheck}; do
       t0=$(date +%s)
       SSU_TEST_EVERY=${SAN_EVERY:-9} compute-sanitizer --tool $tool --error-exitcode 99 \
         --print-limit 20 "$build/tests/gpu/test_gpu_update" \

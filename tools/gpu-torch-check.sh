@@ -26,6 +26,8 @@
 #               dry run of the script on a machine without a GPU
 #   PYTHON      the interpreter with torch, transformers and pytest
 #               (default python3)
+#   WHEEL       a wheel of this tree built elsewhere (e.g. on a faster
+#               machine): unpacked into OUTDIR/site instead of step 1's build
 #   WHEELHOUSE  a directory of wheels to install meson-python from when it
 #               is missing (pip download meson-python on a connected
 #               machine). Without meson-python and without WHEELHOUSE, step
@@ -87,7 +89,19 @@ if ! "$py" -c 'import mesonpy' 2>/dev/null && [ -n "${WHEELHOUSE:-}" ]; then
 fi
 wheel_rc=1
 t0=$(date +%s)
-if "$py" -c 'import mesonpy' 2>/dev/null; then
+if [ -n "${WHEEL:-}" ]; then
+  # Unpacked rather than pip-installed: a wheel built elsewhere may carry
+  # another interpreter's tag (its files do not depend on it).
+  mkdir -p "$site" && "$py" -m zipfile -e "$WHEEL" "$site"
+  wheel_rc=$?
+  if [ "$wheel_rc" -eq 0 ]; then
+    needed="$(readelf -d "$site/ssu/libssu.so.0" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    record PASS "wheel install (prebuilt)" \
+      "$(basename "$WHEEL"), $(du -k "$WHEEL" | cut -f1) KiB; NEEDED: $needed"
+  else
+    record FAIL "wheel install (prebuilt)" "pip install exited $wheel_rc (see the log)"
+  fi
+elif "$py" -c 'import mesonpy' 2>/dev/null; then
   # In the tree (pip >= 21.3 builds in place): the subproject symlink must
   # resolve to this repository.
   "$py" -m pip wheel --no-build-isolation --no-deps -w "$out/wheel" "$root/bindings/python" \
