@@ -542,6 +542,19 @@ std::vector<BadInput> bad_inputs() {
       {SSU_ERROR_STRUCT_SIZE}, {"pool", "struct_size"});
   add("pool struct_size 4", kSingle, [](A&, Pl& p, const Pr&) { p.struct_size = 4; },
       {SSU_ERROR_STRUCT_SIZE}, {"pool", "struct_size"});
+  // Found by tests/fuzz: sizes between the 0.1 and 0.2 layouts that end
+  // inside a field (here half of rounding_seed, half of angle_state's shape)
+  // used to be read as torn values.
+  add("args struct_size inside rounding_seed", kSR,
+      [](A& a, Pl&, const Pr&) {
+        a.struct_size = uint32_t(offsetof(ssu_update_args_t, rounding_seed) + 4);
+      },
+      {SSU_ERROR_STRUCT_SIZE}, {"args", "struct_size"});
+  add("pool struct_size inside angle_state", kSingle,
+      [](A&, Pl& p, const Pr&) {
+        p.struct_size = uint32_t(offsetof(ssu_state_pool_t, angle_state) + 20);
+      },
+      {SSU_ERROR_STRUCT_SIZE}, {"pool", "struct_size"});
   return v;
 }
 
