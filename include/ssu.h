@@ -18,7 +18,9 @@
  *  - Extensible structs start with `uint32_t struct_size`; initialize them
  *    with their SSU_*_INIT macro. Fields are only ever appended; the library
  *    reads min(struct_size, sizeof(known struct)) bytes, so a program built
- *    against an older header keeps working with a newer library.
+ *    against an older header keeps working with a newer library. A
+ *    struct_size below the known struct must be the size of a released
+ *    layout (one that ends inside a field is refused).
  *  - Optional tensors are given by a NULL data pointer, never by an empty shape.
  *  - Thread safety: contexts and plans are immutable after creation and may
  *    be used from any thread, on any stream, concurrently. Error messages are

@@ -290,7 +290,10 @@ RefResult reference_update(const RefProblem& pr) {
       length = T;
     } else {
       first_row = pr.cu_seqlens[size_t(b)];
-      length = pr.cu_seqlens[size_t(b + 1)] - first_row;
+      // Entries as far apart as INT64_MIN and INT64_MAX: a length beyond T
+      // (or below zero), not an overflow.
+      if (__builtin_sub_overflow(pr.cu_seqlens[size_t(b + 1)], first_row, &length))
+        length = pr.cu_seqlens[size_t(b + 1)] > first_row ? T + 1 : 0;
       if (length > T) invalid("sequence " + std::to_string(b) + " is longer than T");
       if (length <= 0) continue;  // nothing is written for b
       if (first_row < 0 || first_row + length > pr.rows) invalid("cu_seqlens out of rows");

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
@@ -499,4 +501,32 @@ TEST_CASE("api: the CPU backend ignores error_word and streams") {
   const CheckResult r = p.check();
   CHECK_MESSAGE(r.ok, r.message);
   ssu_plan_destroy(plan);
+}
+
+// Found by tests/fuzz: a thread's thread_local objects are destroyed before
+// the program's static objects, so a context or plan released by a static
+// destructor (a global that owns it) ran libssu after the calling thread's
+// error message was gone. ASan (the sanitizer build of CI) reports a use
+// after free if it comes back.
+namespace {
+struct ReleasedAtExit {
+  ssu_context_t ctx = nullptr;
+  ~ReleasedAtExit() {
+    if (ssu_plan_create_update(ctx, nullptr, nullptr, nullptr) != SSU_ERROR_NULL_POINTER ||
+        std::strlen(ssu_last_error_message()) == 0 || ssu_context_destroy(ctx) != SSU_SUCCESS ||
+        ssu_last_error_message()[0] != '\0') {
+      std::fprintf(stderr, "libssu calls from a static destructor failed\n");
+      std::abort();
+    }
+  }
+};
+ReleasedAtExit g_released_at_exit;
+}  // namespace
+
+TEST_CASE("api: contexts and plans may be released by static destructors") {
+  ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
+  o.backend = SSU_BACKEND_CPU;
+  o.num_threads = 1;
+  REQUIRE(ssu_context_create(&o, &g_released_at_exit.ctx) == SSU_SUCCESS);
+  CHECK(ssu_plan_create_update(nullptr, nullptr, nullptr, nullptr) != SSU_SUCCESS);
 }

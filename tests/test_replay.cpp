@@ -175,6 +175,24 @@ TEST_CASE("cpu: replay results do not depend on the thread count") {
   CHECK(compared > 10);
 }
 
+// Found by tests/fuzz: with P = 1 a per-channel step size is a per-head one,
+// and plan creation used to refuse the Mamba-1 layout's (S, L, H, 1) dt ring
+// that goes with a per-channel dt (..., H, 1).
+TEST_CASE("cpu: a Mamba-1 layer with dim P = 1 takes the (S, L, H, P) dt ring") {
+  Context two(2);
+  HostMemory mem;
+  for (const bool dt_per_head : {false, true}) {
+    ReplayCase c;
+    c.tag = "mamba1_p1";
+    c.mamba1_layer(1, 8).ring(3).multi(2);
+    c.mamba1_dt_per_head = dt_per_head;
+    c.speculative = true;
+    c.seed = 17;
+    const ReplayResult r = run_replay_case(two.ctx, mem, c);
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+}
+
 TEST_CASE("cpu: the replay table covers every axis value") {
   const std::vector<ReplayCase> table = replay_case_table();
   auto has = [&](auto pred) {

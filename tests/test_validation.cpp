@@ -6,10 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -540,6 +542,19 @@ std::vector<BadInput> bad_inputs() {
       {SSU_ERROR_STRUCT_SIZE}, {"pool", "struct_size"});
   add("pool struct_size 4", kSingle, [](A&, Pl& p, const Pr&) { p.struct_size = 4; },
       {SSU_ERROR_STRUCT_SIZE}, {"pool", "struct_size"});
+  // Found by tests/fuzz: sizes between the 0.1 and 0.2 layouts that end
+  // inside a field (here half of rounding_seed, half of angle_state's shape)
+  // used to be read as torn values.
+  add("args struct_size inside rounding_seed", kSR,
+      [](A& a, Pl&, const Pr&) {
+        a.struct_size = uint32_t(offsetof(ssu_update_args_t, rounding_seed) + 4);
+      },
+      {SSU_ERROR_STRUCT_SIZE}, {"args", "struct_size"});
+  add("pool struct_size inside angle_state", kSingle,
+      [](A&, Pl& p, const Pr&) {
+        p.struct_size = uint32_t(offsetof(ssu_state_pool_t, angle_state) + 20);
+      },
+      {SSU_ERROR_STRUCT_SIZE}, {"pool", "struct_size"});
   return v;
 }
 
@@ -863,4 +878,51 @@ TEST_CASE("validation: a dstate beyond what the backend supports is refused clea
   MESSAGE("N=512 is refused: " << msg);
   const CheckResult r = p.check_unchanged();
   CHECK_MESSAGE(r.ok, r.message);
+}
+
+TEST_CASE("validation: cu_seqlens at the int64 extremes and an empty sequence's num_accepted") {
+  // Found by tests/fuzz. An empty varlen sequence (length <= 0) is skipped,
+  // whatever its num_accepted entry holds; the CPU backend used to resolve
+  // its src column from that entry first and read far outside src_index.
+  // cu_seqlens entries at INT64_MIN / INT64_MAX used to overflow the length.
+  CpuContext c;
+  HostMemory mem;
+  UpdateCase u;
+  u.tag = "validation_varlen_extremes";
+  u.varlen(3).shape(2, 1, 16, 8);
+  u.batch = 3;
+  u.index = SSU_DTYPE_I64;
+  u.src_2d = true;
+  u.num_accepted = true;
+  u.seed = 91;
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  {
+    UpdateProblem p(u, mem);
+    p.poke_index("cu_seqlens", 3, kMin);  // the last sequence is empty
+    p.poke_index("num_accepted_tokens", 2, int64_t(1) << 40);
+    const ssu_update_args_t a = p.args();
+    ssu_plan_t plan = nullptr;
+    REQUIRE(ssu_plan_create_update(c.ctx, &a, nullptr, &plan) == SSU_SUCCESS);
+    const ssu_status_t st = ssu_plan_execute_update(plan, &a, nullptr);
+    ssu_plan_destroy(plan);
+    REQUIRE_MESSAGE(st == SSU_SUCCESS, std::string(ssu_last_error_message()));
+    const CheckResult r = p.check();
+    CHECK_MESSAGE(r.ok, r.message);
+  }
+  for (const auto& entry : {std::make_pair(int64_t(0), kMin),
+                            std::make_pair(int64_t(3), std::numeric_limits<int64_t>::max())}) {
+    CAPTURE(entry.first);
+    UpdateProblem p(u, mem);
+    p.poke_index("cu_seqlens", entry.first, entry.second);  // a length beyond any T
+    const ssu_update_args_t a = p.args();
+    ssu_plan_t plan = nullptr;
+    REQUIRE(ssu_plan_create_update(c.ctx, &a, nullptr, &plan) == SSU_SUCCESS);
+    const ssu_status_t st = ssu_plan_execute_update(plan, &a, nullptr);
+    const std::string msg = ssu_last_error_message();
+    ssu_plan_destroy(plan);
+    CHECK_MESSAGE(st == SSU_ERROR_SEQLEN_OUT_OF_RANGE, st << ": " << msg);
+    CHECK(names(msg, "cu_seqlens"));
+    const CheckResult r = p.check_unchanged();
+    CHECK_MESSAGE(r.ok, r.message);
+  }
 }

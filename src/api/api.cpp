@@ -1,6 +1,7 @@
 // The C entry points: argument checks on handles, exception barrier, the
 // thread-local message. Everything else lives in src/core and the backends.
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -39,14 +40,15 @@ namespace {
 constexpr uint64_t kContextMagic = 0x5353552d43545821ull;  // "SSU-CTX!"
 constexpr uint64_t kPlanMagic = 0x5353552d504c4e21ull;     // "SSU-PLN!"
 
-thread_local std::string t_message;
+// The calling thread's last message. A plain array, not a std::string: a
+// thread's thread_local objects are destroyed before the static objects of
+// the program, so a libssu call from a static destructor or an atexit
+// handler (a global plan or context released at exit) would otherwise use a
+// destroyed string. Messages are far shorter than this; a longer one is cut.
+thread_local char t_message[2048];
 
 ssu_status_t set_error(ssu_status_t status, const char* message) {
-  try {
-    t_message = message;
-  } catch (...) {
-    t_message.clear();
-  }
+  std::snprintf(t_message, sizeof t_message, "%s", message);
   return status;
 }
 
@@ -54,7 +56,7 @@ ssu_status_t set_error(ssu_status_t status, const char* message) {
 template <typename F>
 ssu_status_t guarded(F&& body) noexcept {
   try {
-    t_message.clear();
+    t_message[0] = '\0';
     body();
     return SSU_SUCCESS;
   } catch (const ssu::Error& e) {
@@ -183,7 +185,7 @@ const char* ssu_status_string(ssu_status_t s) {
   }
 }
 
-const char* ssu_last_error_message(void) { return t_message.c_str(); }
+const char* ssu_last_error_message(void) { return t_message; }
 
 size_t ssu_dtype_size(ssu_dtype_t d) {
   switch (d) {

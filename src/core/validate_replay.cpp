@@ -81,14 +81,18 @@ void read_ring(const ssu_replay_ring_t* ring_in, const ssu_update_params& u, ssu
                     b_dims, b_what);
   const bool per_channel = u.features & SSU_F_DT_PER_CHANNEL;
   const int64_t dt_dims[] = {S, L, H, P};
+  // With P = 1 a per-channel step size is a per-head one (the update
+  // classifies it so), and the Mamba-1 layout's (S, L, H, 1) ring holds
+  // exactly the values of an (S, L, H) one: both are accepted.
+  const bool dt_rank4 = per_channel || (P == 1 && present(ring.dt) && ring.dt.ndim == 4);
   if (present(ring.dt) && per_channel && ring.dt.ndim != 4)
     fail(SSU_ERROR_BAD_RANK, "ring.dt.ndim=%d but the step size is per channel (dt or dt_bias has "
          "a P axis), so the ring holds (S, L, H, P) f32", ring.dt.ndim);
-  if (present(ring.dt) && !per_channel && ring.dt.ndim != 3)
+  if (present(ring.dt) && !dt_rank4 && ring.dt.ndim != 3)
     fail(SSU_ERROR_BAD_RANK, "ring.dt.ndim=%d but the step size is per head, so the ring holds "
          "(S, L, H) f32", ring.dt.ndim);
-  check_ring_tensor(ring.dt, "ring.dt", per_channel ? 4 : 3,
-                    per_channel ? "(S, L, H, P)" : "(S, L, H)", SSU_DTYPE_F32,
+  check_ring_tensor(ring.dt, "ring.dt", dt_rank4 ? 4 : 3,
+                    dt_rank4 ? "(S, L, H, P)" : "(S, L, H)", SSU_DTYPE_F32,
                     "the ring holds the step size in f32", dt_dims, sl_what);
   check_counter(ring.committed, "ring.committed", S);
   check_counter(ring.pending, "ring.pending", S);

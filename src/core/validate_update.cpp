@@ -138,6 +138,12 @@ ssu_state_pool_t read_state_pool(const ssu_state_pool_t* in) {
     fail(SSU_ERROR_STRUCT_SIZE, "pool->struct_size=%u is smaller than ssu_state_pool_t (%u); "
          "initialize it with SSU_STATE_POOL_INIT",
          in->struct_size, kMinPoolSize);
+  // Between the two released layouts only the 0.1 size itself: a size that
+  // ends inside a field (half a pointer) would be read as a torn value.
+  if (in->struct_size < sizeof(ssu_state_pool_t) && in->struct_size != kMinPoolSize)
+    fail(SSU_ERROR_STRUCT_SIZE, "pool->struct_size=%u is neither the 0.1 layout's %u nor at least "
+         "%zu; initialize it with SSU_STATE_POOL_INIT",
+         in->struct_size, kMinPoolSize, sizeof(ssu_state_pool_t));
   ssu_state_pool_t pool;
   std::memset(&pool, 0, sizeof pool);
   std::memcpy(&pool, in, std::min<size_t>(in->struct_size, sizeof pool));
@@ -152,6 +158,12 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     fail(SSU_ERROR_STRUCT_SIZE, "args->struct_size=%u is smaller than ssu_update_args_t (%u); "
          "initialize it with SSU_UPDATE_ARGS_INIT",
          args_in->struct_size, kMinArgsSize);
+  // Between the two released layouts only the 0.1 size itself: a size that
+  // ends inside a field (half of rounding_seed) would be read as a torn value.
+  if (args_in->struct_size < sizeof(ssu_update_args_t) && args_in->struct_size != kMinArgsSize)
+    fail(SSU_ERROR_STRUCT_SIZE, "args->struct_size=%u is neither the 0.1 layout's %u nor at least "
+         "%zu; initialize it with SSU_UPDATE_ARGS_INIT",
+         args_in->struct_size, kMinArgsSize, sizeof(ssu_update_args_t));
   // Read what this library knows; later versions' appended fields are ignored.
   ssu_update_args_t a;
   std::memset(&a, 0, sizeof a);

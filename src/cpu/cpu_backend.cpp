@@ -43,7 +43,7 @@ void check_data(const ssu_update_params& p) {
     if (f & SSU_F_VARLEN) {
       tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
       const int64_t tok1 = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride);
-      len = tok1 - tok0;
+      len = cpu::sequence_length(tok0, tok1);
       if (len > p.ntokens)
         fail(SSU_ERROR_SEQLEN_OUT_OF_RANGE,
              "cu_seqlens gives sequence %" PRId64 " %" PRId64 " tokens (cu_seqlens[%" PRId64

@@ -22,11 +22,30 @@ struct Sequence {
   bool pad;
 };
 
+// cu_seqlens[b + 1] - cu_seqlens[b] without overflow: entries as far apart
+// as INT64_MIN and INT64_MAX give a length beyond any T (or below zero).
+inline int64_t sequence_length(int64_t tok0, int64_t tok1) {
+  int64_t len;
+  if (__builtin_sub_overflow(tok1, tok0, &len))
+    return tok1 > tok0 ? INT64_MAX : INT64_MIN;
+  return len;
+}
+
 inline Sequence resolve_sequence(const ssu_update_params& p, int64_t b) {
   Sequence s;
   if (p.features & SSU_F_VARLEN) {
     s.tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
-    s.len = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - s.tok0;
+    s.len = sequence_length(
+        s.tok0, load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride));
+    if (s.len <= 0) {
+      // An empty sequence reads nothing more: check_data does not look at
+      // its num_accepted entry, so that may hold any value (a column far
+      // outside src_index included).
+      s.init_col = 0;
+      s.src = -1;
+      s.pad = true;
+      return s;
+    }
   } else {
     s.tok0 = 0;
     s.len = p.ntokens;
