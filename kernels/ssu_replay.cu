@@ -111,6 +111,252 @@ __device__ __forceinline__ void load_vec(const IT* p, float* out) {
   }
 }
 
+// ---- pieces both replay kernel families share ---------------------------------
+// NT threads (a block's or a warp's) with ids tid = 0 .. NT-1 take part.
+
+// The sequence's tokens [tok0, tok0 + T); false for a varlen sequence of no
+// tokens (skipped: nothing of its slot is touched). Longer than max_tokens:
+// clamped, and the reporter sets SSU_BIT_SEQLEN.
+__device__ __forceinline__ bool replay_tokens(const ssu_update_params& p, int64_t b, bool reporter,
+                                              int64_t* tok0, int* T) {
+  *tok0 = 0;
+  *T = static_cast<int>(p.ntokens);
+  if (!(p.features & SSU_F_VARLEN)) return true;
+  *tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
+  const int64_t len = sequence_length(
+      *tok0, load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride));
+  if (len > p.ntokens && reporter) report(p.error_word, SSU_BIT_SEQLEN);
+  *T = static_cast<int>(len <= 0 ? 0 : (len > p.ntokens ? p.ntokens : len));
+  return len > 0;
+}
+
+// Starts copying this call's B, C (T x N) and x, z (T x rows from row r0)
+// of sequence b, head h, group g into shared memory (one commit group).
+template <typename IT, int NT>
+__device__ __forceinline__ void stage_inputs(const ssu_update_params& p, int64_t b, int64_t h,
+                                             int64_t g, int64_t tok0, int T, int r0, int rows,
+                                             IT* s_Bt, IT* s_C, IT* s_xt, IT* s_z, int tid) {
+  const int N = static_cast<int>(p.dstate);
+  stage_async<IT, NT>(s_Bt, static_cast<const IT*>(p.B) + b * p.B_stride_b +
+                                tok0 * p.B_stride_t + g * p.B_stride_g,
+                      p.B_stride_t, T, N, tid);
+  stage_async<IT, NT>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b +
+                               tok0 * p.C_stride_t + g * p.C_stride_g,
+                      p.C_stride_t, T, N, tid);
+  stage_async<IT, NT>(s_xt, static_cast<const IT*>(p.x) + b * p.x_stride_b +
+                                tok0 * p.x_stride_t + h * p.x_stride_h + r0,
+                      p.x_stride_t, T, rows, tid);
+  if (p.features & SSU_F_HAS_Z)
+    stage_async<IT, NT>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b +
+                                 tok0 * p.z_stride_t + h * p.z_stride_h + r0,
+                        p.z_stride_t, T, rows, tid);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Commit, flush and append decided from slot s's counters (every caller
+// reads the same values). Counters out of range: state 1 (padding) and
+// SSU_BIT_COUNTERS; num_accepted outside 0..pending: clamped and
+// SSU_BIT_ACCEPTED (the reporter reports).
+__device__ __forceinline__ ReplaySeq replay_decide(const ssu_replay_params& rp, int64_t b,
+                                                   int64_t s, int T, bool reporter) {
+  const ssu_update_params& p = rp.u;
+  const int Lr = static_cast<int>(rp.ring_len);
+  ReplaySeq q;
+  q.c = q.newc = q.flush = q.last = 0;
+  q.state = 2;
+  // Other blocks or warps of the sequence may already have counted
+  // themselves in the high bits of pending; its low 16 bits stay the
+  // caller's value.
+  const int committed = rp.committed[s * rp.committed_stride];
+  const int pend = *reinterpret_cast<volatile int*>(rp.pending + s * rp.pending_stride) & 0xffff;
+  int64_t a = pend;
+  if (rp.rflags & SSU_RF_HAS_ACCEPTED)
+    a = load_index(rp.num_accepted, rp.accepted_dtype, b * rp.num_accepted_stride);
+  if (committed < 0 || committed > Lr || pend > Lr || committed + pend > Lr) {
+    if (reporter) report(p.error_word, SSU_BIT_COUNTERS);
+    q.state = 1;
+    return q;
+  }
+  if (a < 0 || a > pend) {
+    if (reporter) report(p.error_word, SSU_BIT_ACCEPTED);
+    a = a < 0 ? 0 : pend;
+  }
+  q.c = committed + static_cast<int>(a);
+  q.flush = (rp.rflags & SSU_RF_FLUSH_OP) ? (q.c > 0) : (q.c + T > Lr);
+  q.newc = q.flush ? 0 : q.c;
+  return q;
+}
+
+// Appends this call's x rows (T x rows, from shared memory) to the ring at
+// dst (entry stride stride_l).
+template <typename IT, int NT>
+__device__ __forceinline__ void append_x_rows(IT* dst, int64_t stride_l, const IT* s_xt, int T,
+                                              int rows, int tid) {
+  constexpr int V = 16 / sizeof(IT);
+  const bool vec = rows % V == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
+                   (stride_l * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+  const int per = vec ? rows / V : rows;
+  for (int q = tid; q < T * per; q += NT) {
+    const int t = q / per, k = q - t * per;
+    if (vec)
+      *reinterpret_cast<uint4*>(dst + t * stride_l + k * V) =
+          *reinterpret_cast<const uint4*>(s_xt + t * rows + k * V);
+    else
+      dst[t * stride_l + k] = s_xt[t * rows + k];
+  }
+}
+
+// The closed form's weights (append steps, per-head step size and A):
+// coef[t][j] = e^{A (sum_{i=j+1..c+t} delta_i)} delta_j (B_j . C_t) for
+// j <= c + t (0 above), and dec[t] = e^{A sum_{i<=c+t} delta_i} after them.
+// Entry j < c is the ring's (s_Br), j >= c this call's token j - c. Eight
+// lanes per (t, j), 4-element vector loads where N allows.
+template <typename IT, int NT>
+__device__ __forceinline__ void replay_weights(const IT* s_Br, const IT* s_Bt, const IT* s_C,
+                                               const float* s_delta, float A_h, int c, int T,
+                                               int N, float* s_coef, int tid) {
+  const int E = c + T;
+  const int l8 = tid & 7;
+  const bool vec4 = N % 4 == 0;
+  for (int base = 0; base < T * E; base += NT / 8) {
+    const int q = min(base + (tid >> 3), T * E - 1);
+    const int t = q / E, j = q - t * E;
+    const IT* const Bj = j < c ? s_Br + j * N : s_Bt + (j - c) * N;
+    const IT* const Ct = s_C + t * N;
+    float dot = 0.f;
+    if (vec4) {
+      for (int n = l8 * 4; n < N; n += 32) {
+        const float4 bq = load4(Bj + n), cq = load4(Ct + n);
+        dot = __fmaf_rn(bq.x, cq.x, dot);
+        dot = __fmaf_rn(bq.y, cq.y, dot);
+        dot = __fmaf_rn(bq.z, cq.z, dot);
+        dot = __fmaf_rn(bq.w, cq.w, dot);
+      }
+    } else {
+      for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    if (l8 == 0 && base + (tid >> 3) < T * E) {
+      float w = 0.f;
+      if (j <= c + t) {
+        float span = 0.f;
+        for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
+        w = ssu_math::exp(A_h * span) * s_delta[j] * dot;
+      }
+      s_coef[q] = w;
+    }
+  }
+  float* const s_dec = s_coef + T * E;
+  for (int t = tid; t < T; t += NT) {
+    float span = 0.f;
+    for (int i = 0; i <= c + t; ++i) span += s_delta[i];
+    s_dec[t] = ssu_math::exp(A_h * span);
+  }
+}
+
+// Stores a folded row exactly as the plain update stores a row: the lane's
+// chunks lane_r + k * lpr (k < kc, below `chunks`) of v, encoded (round to
+// nearest, stochastic rounding with the Philox words of pool offset row_off
+// + element, int16 codes with the row's scale to *scale_dst). Every lane of
+// the row group calls it (the int16 scale is a reduction over them); only
+// `valid` rows store.
+template <typename ST, int VEC, int KCMAX>
+__device__ __forceinline__ void store_folded_row(const float* v, bool valid, ST* dst_row,
+                                                 uint64_t row_off, int lane_r, int lpr, int kc,
+                                                 int chunks, bool sr, uint64_t seed,
+                                                 uint32_t rounds, float* scale_dst) {
+  RowStore rs;
+  rs.seed = seed;
+  rs.rounds = rounds;
+  rs.enc = 1.f;
+  if constexpr (std::is_same<ST, int16_t>::value) rs.enc = row_encode_factor<KCMAX * VEC>(v, lpr);
+  if (!valid) return;
+#pragma unroll
+  for (int k = 0; k < KCMAX; ++k) {
+    const int ci = lane_r + k * lpr;
+    if (k < kc && ci < chunks) {
+      rs.L0 = row_off + static_cast<uint64_t>(ci * VEC);
+      Chunk<ST, VEC> cc;
+      if (sr)
+        encode_chunk<ST, VEC, true>(cc.e, v + k * VEC, rs);
+      else
+        encode_chunk<ST, VEC, false>(cc.e, v + k * VEC, rs);
+      store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
+    }
+  }
+  if constexpr (std::is_same<ST, int16_t>::value)
+    if (lane_r == 0) *scale_dst = 1.f / rs.enc;
+}
+
+// The outputs of rows [r0, r0 + rows) of head h for this call's T tokens:
+// s_y holds the row sums (h0 . C_t for the closed form, the folded state's
+// otherwise); the closed form adds the decay and the weighted ring x.
+template <typename IT, int NT>
+__device__ __forceinline__ void write_outputs(const ssu_update_params& p, IT* out_bh, int64_t tok0,
+                                              int r0, int rows, int T, int c, bool closed,
+                                              const float* s_y, const float* s_coef,
+                                              const float* s_D, const IT* s_xr, const IT* s_xt,
+                                              const IT* s_z, int tid) {
+  const int E = c + T;
+  const float* const s_dec = s_coef + T * E;
+  for (int i = tid; i < T * rows; i += NT) {
+    const int t = i / rows, r = i - t * rows;
+    float y = s_y[i];
+    if (closed) {
+      y *= s_dec[t];
+      const float* coef = s_coef + t * E;
+      for (int j = 0; j <= c + t; ++j)
+        y += coef[j] * to_f32(j < c ? s_xr[j * rows + r] : s_xt[(j - c) * rows + r]);
+    }
+    y += s_D[r] * to_f32(s_xt[i]);
+    if (p.features & SSU_F_HAS_Z) y *= silu(to_f32(s_z[i]));
+    out_bh[(tok0 + t) * p.out_stride_t + r0 + r] = from_f32<IT>(y);
+  }
+}
+
+// The sequence's last block or warp: this call's B and delta entries (shared
+// by the heads of a group / every head, so written only once every reader
+// has counted itself in) and the counters.
+template <typename IT, int NT>
+__device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp, int64_t b,
+                                                     int64_t s, int64_t tok0, int T, int newc,
+                                                     int tid) {
+  const ssu_update_params& p = rp.u;
+  const uint32_t f = p.features;
+  if (!(rp.rflags & SSU_RF_FLUSH_OP)) {
+    const int G = static_cast<int>(p.ngroups), N = static_cast<int>(p.dstate);
+    IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
+    for (int i = tid; i < T * G * N; i += NT) {
+      const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
+      Bw[(newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
+          static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
+                                      gg * p.B_stride_g + n];
+    }
+    const int H = static_cast<int>(p.nheads);
+    const int per = (f & SSU_F_DT_PER_CHANNEL) ? static_cast<int>(p.dim) : 1;
+    float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
+    for (int i = tid; i < T * H * per; i += NT) {
+      const int t = i / (H * per), rem = i - t * H * per, hh = rem / per, pp = rem - hh * per;
+      const int64_t tok = tok0 + t;
+      float v = load_param(p.dt, p.dt_dtype,
+                           b * p.dt_stride_b + tok * p.dt_stride_t + hh * p.dt_stride_h +
+                               static_cast<int64_t>(pp) * p.dt_stride_p);
+      if (f & SSU_F_HAS_DT_BIAS)
+        v += load_param(p.dt_bias, p.dt_bias_dtype,
+                        hh * p.dt_bias_stride_h + static_cast<int64_t>(pp) * p.dt_bias_stride_p);
+      if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
+      dw[(newc + t) * rp.ring_dt_stride_l + hh * rp.ring_dt_stride_h +
+         static_cast<int64_t>(pp) * rp.ring_dt_stride_p] = v;
+    }
+  }
+  if (tid == 0) {
+    rp.committed[s * rp.committed_stride] = newc;
+    rp.pending[s * rp.pending_stride] = (rp.rflags & SSU_RF_FLUSH_OP) ? 0 : T;
+  }
+}
+
 template <typename ST, typename IT>
 __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
@@ -139,7 +385,6 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
   const int r0 = tile * L.rows_per_block;
   const int rows = min(P, r0 + L.rows_per_block) - r0;
-  const int Lr = static_cast<int>(rp.ring_len);
   const bool reporter = h == 0 && tile == 0;
 
   // Shared memory (launch offsets): the per-token inputs and the committed
@@ -166,33 +411,14 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   // ring entries, the counters having said how many.
 
   // ---- 1. the sequence: tokens and slot, and this call's inputs ------------
-  int64_t tok0 = 0;
-  int T = static_cast<int>(p.ntokens);
-  int state = 2;  // 0: no tokens (skip), 1: padding, 2: active
+  int64_t tok0;
+  int T;
+  int state = 2;  // 1: padding, 2: active
   const int64_t slot =
       (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
-  if (f & SSU_F_VARLEN) {
-    tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
-    const int64_t len = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
-    if (len > p.ntokens && reporter && tid == 0) report(p.error_word, SSU_BIT_SEQLEN);
-    T = static_cast<int>(len <= 0 ? 0 : (len > p.ntokens ? p.ntokens : len));
-    if (len <= 0) state = 0;
-  }
-  if (state == 0) return;
-  const IT* const B_tok = static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t +
-                          g * p.B_stride_g;
-  const IT* const x_tok = static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
-                          h * p.x_stride_h + r0;
-  stage_async<IT>(s_Bt, B_tok, p.B_stride_t, T, N, tid);
-  stage_async<IT>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t +
-                           g * p.C_stride_g,
-                  p.C_stride_t, T, N, tid);
-  stage_async<IT>(s_xt, x_tok, p.x_stride_t, T, rows, tid);
-  if (f & SSU_F_HAS_Z)
-    stage_async<IT>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b + tok0 * p.z_stride_t +
-                             h * p.z_stride_h + r0,
-                    p.z_stride_t, T, rows, tid);
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  if (!replay_tokens(p, b, reporter && tid == 0, &tok0, &T)) return;
+  stage_inputs<IT, SSU_CUDA_REPLAY_THREADS>(p, b, h, g, tok0, T, r0, rows, s_Bt, s_C, s_xt, s_z,
+                                            tid);
 
   if (state == 2 && is_pad(slot, p.pad_slot_id)) state = 1;
   if (state == 2 && slot >= p.nslots) {
@@ -251,31 +477,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   };
   if (!tile_ok) request_rows(0, T > 0 || flush_op ? rows : 0);
 
-  if (tid == 0) {
-    ReplaySeq q;
-    q.c = q.newc = q.flush = q.last = 0;
-    q.state = 2;
-    // Other blocks of the sequence may already have counted themselves in
-    // the high bits of pending; its low 16 bits stay the caller's value.
-    const int committed = rp.committed[s * rp.committed_stride];
-    const int pend = *reinterpret_cast<volatile int*>(rp.pending + s * rp.pending_stride) & 0xffff;
-    int64_t a = pend;
-    if (rp.rflags & SSU_RF_HAS_ACCEPTED)
-      a = load_index(rp.num_accepted, rp.accepted_dtype, b * rp.num_accepted_stride);
-    if (committed < 0 || committed > Lr || pend > Lr || committed + pend > Lr) {
-      if (reporter) report(p.error_word, SSU_BIT_COUNTERS);
-      q.state = 1;
-    } else {
-      if (a < 0 || a > pend) {
-        if (reporter) report(p.error_word, SSU_BIT_ACCEPTED);
-        a = a < 0 ? 0 : pend;
-      }
-      q.c = committed + static_cast<int>(a);
-      q.flush = flush_op ? (q.c > 0) : (q.c + T > Lr);
-      q.newc = q.flush ? 0 : q.c;
-    }
-    sq = q;
-  }
+  if (tid == 0) sq = replay_decide(rp, b, s, T, reporter);
 
   // This call's step sizes, D and (int16) the tile's decode scales: loads
   // that are in flight together with the counters.
@@ -358,67 +560,17 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 
   // ---- append this call's x rows (the block's own rows; no other block
   // reads them) ------------------------------------------------------------------
-  if (writes && !flush_op && T > 0) {
-    IT* const dst = static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                    h * rp.ring_x_stride_h + r0 + sqv.newc * rp.ring_x_stride_l;
-    constexpr int V = 16 / sizeof(IT);
-    const bool vec = rows % V == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
-                     (rp.ring_x_stride_l * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
-    const int per = vec ? rows / V : rows;
-    for (int q = tid; q < T * per; q += SSU_CUDA_REPLAY_THREADS) {
-      const int t = q / per, k = q - t * per;
-      if (vec)
-        *reinterpret_cast<uint4*>(dst + t * rp.ring_x_stride_l + k * V) =
-            *reinterpret_cast<const uint4*>(s_xt + t * rows + k * V);
-      else
-        dst[t * rp.ring_x_stride_l + k] = s_xt[t * rows + k];
-    }
-  }
+  if (writes && !flush_op && T > 0)
+    append_x_rows<IT, SSU_CUDA_REPLAY_THREADS>(
+        static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s + h * rp.ring_x_stride_h + r0 +
+            sqv.newc * rp.ring_x_stride_l,
+        rp.ring_x_stride_l, s_xt, T, rows, tid);
 
-  // ---- closed form: decays and weights per (token, entry) -----------------
-  // coef[t][j] = e^{A (sum_{i=j+1..c+t} delta_i)} delta_j (B_j . C_t) for
-  // j <= c + t; dec[t] = e^{A sum_{i<=c+t} delta_i}. Eight lanes per (t, j)
-  // (a block's fixed cost: it does not shrink with the tile).
-  float* const s_dec = s_coef + T * E;
-  if (closed) {
-    const int l8 = tid & 7;
-    const bool vec4 = N % 4 == 0;
-    for (int base = 0; base < T * E; base += SSU_CUDA_REPLAY_THREADS / 8) {
-      const int q = min(base + (tid >> 3), T * E - 1);
-      const int t = q / E, j = q - t * E;
-      const IT* const Bj = B_of(j);
-      const IT* const Ct = s_C + t * N;
-      float dot = 0.f;
-      if (vec4) {
-        for (int n = l8 * 4; n < N; n += 32) {
-          const float4 bq = load4(Bj + n), cq = load4(Ct + n);
-          dot = __fmaf_rn(bq.x, cq.x, dot);
-          dot = __fmaf_rn(bq.y, cq.y, dot);
-          dot = __fmaf_rn(bq.z, cq.z, dot);
-          dot = __fmaf_rn(bq.w, cq.w, dot);
-        }
-      } else {
-        for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
-      }
-      dot += __shfl_xor_sync(0xffffffffu, dot, 4);
-      dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-      dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-      if (l8 == 0 && base + (tid >> 3) < T * E) {
-        float w = 0.f;
-        if (j <= c + t) {
-          float span = 0.f;
-          for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
-          w = ssu_math::exp(A_h * span) * s_delta[j] * dot;
-        }
-        s_coef[q] = w;
-      }
-    }
-    for (int t = tid; t < T; t += SSU_CUDA_REPLAY_THREADS) {
-      float span = 0.f;
-      for (int i = 0; i <= c + t; ++i) span += s_delta[i];
-      s_dec[t] = ssu_math::exp(A_h * span);
-    }
-  }
+  // ---- closed form: decays and weights per (token, entry) (a block's fixed
+  // cost: it does not shrink with the tile) ------------------------------------
+  if (closed)
+    replay_weights<IT, SSU_CUDA_REPLAY_THREADS>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N, s_coef,
+                                                tid);
 
   // ---- rows ---------------------------------------------------------------
   // Lane l of a row group holds chunk k at elements (l + k * lpr) * VEC; a
@@ -556,33 +708,13 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
         const int r = rb + grp + m * ngrp;
         const bool valid = r < rows;
         const int row = r0 + (valid ? r : 0);
-        if (flush && writes) {
-          RowStore rs;
-          rs.seed = seed;
-          rs.rounds = p.sr_rounds;
-          rs.enc = 1.f;
-          if constexpr (QUANT) rs.enc = row_encode_factor<EL>(v[m], lpr);
-          if (valid) {
-            ST* const dst_row = ckpt_tile + static_cast<int64_t>(r) * N;
-#pragma unroll
-            for (int k = 0; k < KCMAX; ++k) {
-              const int ci = lane_r + k * lpr;
-              if (k < kc && ci < chunks) {
-                rs.L0 = static_cast<uint64_t>(s * p.state_stride_slot + head_off +
-                                              static_cast<int64_t>(row) * N + ci * VEC);
-                Chunk<ST, VEC> cc;
-                if (sr)
-                  encode_chunk<ST, VEC, true>(cc.e, v[m] + k * VEC, rs);
-                else
-                  encode_chunk<ST, VEC, false>(cc.e, v[m] + k * VEC, rs);
-                store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
-              }
-            }
-            if constexpr (QUANT)
-              if (lane_r == 0)
-                p.state_scale[s * p.state_scale_stride_slot + h * P + row] = 1.f / rs.enc;
-          }
-        }
+        if (flush && writes)
+          store_folded_row<ST, VEC, KCMAX>(
+              v[m], valid, ckpt_tile + static_cast<int64_t>(valid ? r : 0) * N,
+              static_cast<uint64_t>(s * p.state_stride_slot + head_off +
+                                    static_cast<int64_t>(row) * N),
+              lane_r, lpr, kc, chunks, sr, seed, p.sr_rounds,
+              QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + row : nullptr);
       }
       for (int t = 0; t < T; ++t) {
         advance(c + t);
@@ -648,34 +780,13 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
           }
         };
         for (int j = 0; j < c; ++j) advance(j);
-        if (flush && writes) {
-          // Store the folded row exactly as the plain update stores a row.
-          RowStore rs;
-          rs.seed = seed;
-          rs.rounds = p.sr_rounds;
-          rs.enc = 1.f;
-          if constexpr (QUANT) rs.enc = row_encode_factor<EL>(v, lpr);
-          if (valid) {
-            ST* const dst_row = ckpt_tile + static_cast<int64_t>(r) * N;
-#pragma unroll
-            for (int k = 0; k < KCMAX; ++k) {
-              const int ci = lane_r + k * lpr;
-              if (k < kc && ci < chunks) {
-                rs.L0 = static_cast<uint64_t>(s * p.state_stride_slot + head_off +
-                                              static_cast<int64_t>(row) * N + ci * VEC);
-                Chunk<ST, VEC> cc;
-                if (sr)
-                  encode_chunk<ST, VEC, true>(cc.e, v + k * VEC, rs);
-                else
-                  encode_chunk<ST, VEC, false>(cc.e, v + k * VEC, rs);
-                store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
-              }
-            }
-            if constexpr (QUANT)
-              if (lane_r == 0)
-                p.state_scale[s * p.state_scale_stride_slot + h * P + row] = 1.f / rs.enc;
-          }
-        }
+        if (flush && writes)  // exactly as the plain update stores a row
+          store_folded_row<ST, VEC, KCMAX>(
+              v, valid, ckpt_tile + static_cast<int64_t>(rr) * N,
+              static_cast<uint64_t>(s * p.state_stride_slot + head_off +
+                                    static_cast<int64_t>(row) * N),
+              lane_r, lpr, kc, chunks, sr, seed, p.sr_rounds,
+              QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + row : nullptr);
         for (int t = 0; t < T; ++t) {
           advance(c + t);
           const float dot = row_dot(v, s_C + t * N);
@@ -687,18 +798,8 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   __syncthreads();
 
   // ---- outputs --------------------------------------------------------------
-  for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) {
-    const int t = i / rows, r = i - t * rows;
-    float y = s_y[i];
-    if (closed) {
-      y *= s_dec[t];
-      const float* coef = s_coef + t * E;
-      for (int j = 0; j <= c + t; ++j) y += coef[j] * x_of(j, r);
-    }
-    y += s_D[r] * to_f32(s_xt[i]);
-    if (f & SSU_F_HAS_Z) y *= silu(to_f32(s_z[i]));
-    out_bh[(tok0 + t) * p.out_stride_t + r0 + r] = from_f32<IT>(y);
-  }
+  write_outputs<IT, SSU_CUDA_REPLAY_THREADS>(p, out_bh, tok0, r0, rows, T, c, closed, s_y, s_coef,
+                                             s_D, s_xr, s_xt, s_z, tid);
   if (!writes) return;
 
   // ---- the sequence's last block: shared ring entries and the counters ----
@@ -709,36 +810,7 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   }
   __syncthreads();
   if (!sq.last) return;
-  if (!flush_op) {
-    const int G = static_cast<int>(p.ngroups);
-    IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
-    for (int i = tid; i < T * G * N; i += SSU_CUDA_REPLAY_THREADS) {
-      const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
-      Bw[(sqv.newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
-          static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
-                                      gg * p.B_stride_g + n];
-    }
-    const int H = static_cast<int>(p.nheads);
-    const int per = dt_pc ? P : 1;
-    float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
-    for (int i = tid; i < T * H * per; i += SSU_CUDA_REPLAY_THREADS) {
-      const int t = i / (H * per), rem = i - t * H * per, hh = rem / per, pp = rem - hh * per;
-      const int64_t tok = tok0 + t;
-      float v = load_param(p.dt, p.dt_dtype,
-                           b * p.dt_stride_b + tok * p.dt_stride_t + hh * p.dt_stride_h +
-                               static_cast<int64_t>(pp) * p.dt_stride_p);
-      if (f & SSU_F_HAS_DT_BIAS)
-        v += load_param(p.dt_bias, p.dt_bias_dtype,
-                        hh * p.dt_bias_stride_h + static_cast<int64_t>(pp) * p.dt_bias_stride_p);
-      if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
-      dw[(sqv.newc + t) * rp.ring_dt_stride_l + hh * rp.ring_dt_stride_h +
-         static_cast<int64_t>(pp) * rp.ring_dt_stride_p] = v;
-    }
-  }
-  if (tid == 0) {
-    rp.committed[s * rp.committed_stride] = sqv.newc;
-    rp.pending[s * rp.pending_stride] = flush_op ? 0 : T;
-  }
+  write_shared_entries<IT, SSU_CUDA_REPLAY_THREADS>(rp, b, s, tok0, T, sqv.newc, tid);
 }
 
 
@@ -781,7 +853,6 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const int64_t h = item - b * p.nheads;
   const int64_t g = h / p.heads_per_group;
   const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
-  const int Lr = static_cast<int>(rp.ring_len);
   const bool reporter = h == 0 && lane == 0;
 
   // This warp's slice of shared memory (offsets as for the block kernels,
@@ -802,32 +873,12 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   float* const s_scale = reinterpret_cast<float*>(ws + L.off_scale);  // [P]
 
   // ---- 1. the sequence: tokens and slot, and this call's inputs ------------
-  int64_t tok0 = 0;
-  int T = static_cast<int>(p.ntokens);
+  int64_t tok0;
+  int T;
   const int64_t slot =
       (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
-  if (f & SSU_F_VARLEN) {
-    tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
-    const int64_t len =
-        load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
-    if (len > p.ntokens && reporter) report(p.error_word, SSU_BIT_SEQLEN);
-    if (len <= 0) return;  // skipped: nothing of the slot touched
-    T = static_cast<int>(len > p.ntokens ? p.ntokens : len);
-  }
-  stage_async<IT, 32>(s_Bt, static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t +
-                                g * p.B_stride_g,
-                      p.B_stride_t, T, N, lane);
-  stage_async<IT, 32>(s_C, static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t +
-                               g * p.C_stride_g,
-                      p.C_stride_t, T, N, lane);
-  stage_async<IT, 32>(s_xt, static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
-                                h * p.x_stride_h,
-                      p.x_stride_t, T, P, lane);
-  if (f & SSU_F_HAS_Z)
-    stage_async<IT, 32>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b +
-                                 tok0 * p.z_stride_t + h * p.z_stride_h,
-                        p.z_stride_t, T, P, lane);
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+  if (!replay_tokens(p, b, reporter, &tok0, &T)) return;
+  stage_inputs<IT, 32>(p, b, h, g, tok0, T, 0, P, s_Bt, s_C, s_xt, s_z, lane);
 
   IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
   auto zero_outputs = [&] {  // padding: exact zeros, nothing of the slot touched
@@ -878,13 +929,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   load_step(0, raw[0]);
   load_step(1, raw[1]);
 
-  const int committed = rp.committed[s * rp.committed_stride];
-  // Other warps of the sequence may already have counted themselves in the
-  // high bits of pending; its low 16 bits stay the caller's value.
-  const int pend = *reinterpret_cast<volatile int*>(rp.pending + s * rp.pending_stride) & 0xffff;
-  int64_t a = pend;
-  if (rp.rflags & SSU_RF_HAS_ACCEPTED)
-    a = load_index(rp.num_accepted, rp.accepted_dtype, b * rp.num_accepted_stride);
+  const ReplaySeq sqv = replay_decide(rp, b, s, T, reporter);
   const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
   auto token_delta = [&](int t) {
     const int64_t tok = tok0 + t;
@@ -899,18 +944,13 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
                                : 0.f;
     if (QUANT) s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r];
   }
-  if (committed < 0 || committed > Lr || pend > Lr || committed + pend > Lr) {
-    if (reporter) report(p.error_word, SSU_BIT_COUNTERS);
-    zero_outputs();  // counters out of range: handled as padding
+  if (sqv.state == 1) {  // counters out of range: handled as padding
+    zero_outputs();
     return;
   }
-  if (a < 0 || a > pend) {
-    if (reporter) report(p.error_word, SSU_BIT_ACCEPTED);
-    a = a < 0 ? 0 : pend;
-  }
-  const int c = committed + static_cast<int>(a), E = c + T;
-  const bool flush = flush_op ? c > 0 : c + T > Lr;
-  const int newc = flush ? 0 : c;
+  const int c = sqv.c, E = c + T;
+  const bool flush = sqv.flush;
+  const int newc = sqv.newc;
   const bool closed = !flush;
 
   // ---- 3. the committed ring entries ------------------------------------------
@@ -941,58 +981,13 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   };
 
   // ---- append this call's x rows (only this warp reads this head's rows) ---
-  if (writes && !flush_op && T > 0) {
-    IT* const dst = static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                    h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l;
-    constexpr int V = 16 / sizeof(IT);
-    const bool vec = P % V == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
-                     (rp.ring_x_stride_l * static_cast<int64_t>(sizeof(IT))) % 16 == 0;
-    const int per = vec ? P / V : P;
-    for (int q = lane; q < T * per; q += 32) {
-      const int t = q / per, k = q - t * per;
-      if (vec)
-        *reinterpret_cast<uint4*>(dst + t * rp.ring_x_stride_l + k * V) =
-            *reinterpret_cast<const uint4*>(s_xt + t * P + k * V);
-      else
-        dst[t * rp.ring_x_stride_l + k] = s_xt[t * P + k];
-    }
-  }
+  if (writes && !flush_op && T > 0)
+    append_x_rows<IT, 32>(static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
+                              h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l,
+                          rp.ring_x_stride_l, s_xt, T, P, lane);
 
   // ---- closed form: the weights of the committed entries and tokens -------
-  float* const s_dec = s_coef + T * E;
-  if (closed) {
-    for (int base = 0; base < T * E; base += 4) {
-      const int q = min(base + grp, T * E - 1);
-      const int t = q / E, j = q - t * E;
-      const IT* const Bj = B_of(j);
-      const IT* const Ct = s_C + t * N;
-      float dot = 0.f;
-      for (int n = l8 * 4; n < N; n += 32) {
-        const float4 bq = load4(Bj + n), cq = load4(Ct + n);
-        dot = __fmaf_rn(bq.x, cq.x, dot);
-        dot = __fmaf_rn(bq.y, cq.y, dot);
-        dot = __fmaf_rn(bq.z, cq.z, dot);
-        dot = __fmaf_rn(bq.w, cq.w, dot);
-      }
-      dot += __shfl_xor_sync(kAll, dot, 4);
-      dot += __shfl_xor_sync(kAll, dot, 2);
-      dot += __shfl_xor_sync(kAll, dot, 1);
-      if (l8 == 0 && base + grp < T * E) {
-        float w = 0.f;
-        if (j <= c + t) {
-          float span = 0.f;
-          for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
-          w = ssu_math::exp(A_h * span) * s_delta[j] * dot;
-        }
-        s_coef[q] = w;
-      }
-    }
-    for (int t = lane; t < T; t += 32) {
-      float span = 0.f;
-      for (int i = 0; i <= c + t; ++i) span += s_delta[i];
-      s_dec[t] = ssu_math::exp(A_h * span);
-    }
-  }
+  if (closed) replay_weights<IT, 32>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N, s_coef, lane);
 
   // ---- rows -----------------------------------------------------------------
   // A lane's elements of row step rs as fp32 (decode scale applied when asked).
@@ -1069,32 +1064,12 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       }
     };
     for (int j = 0; j < c; ++j) advance(j);
-    if (writes) {
-      RowStore rst;
-      rst.seed = seed;
-      rst.rounds = p.sr_rounds;
-      rst.enc = 1.f;
-      if constexpr (QUANT) rst.enc = row_encode_factor<KC * VEC>(v, 8);
-      if (valid) {
-        ST* const dst_row = ckpt + static_cast<int64_t>(row) * N;
-#pragma unroll
-        for (int k = 0; k < KC; ++k) {
-          const int ci = l8 + 8 * k;
-          if (k < kc) {
-            rst.L0 = static_cast<uint64_t>(s * p.state_stride_slot + head_off +
-                                           static_cast<int64_t>(row) * N + ci * VEC);
-            Chunk<ST, VEC> cc;
-            if (sr)
-              encode_chunk<ST, VEC, true>(cc.e, v + k * VEC, rst);
-            else
-              encode_chunk<ST, VEC, false>(cc.e, v + k * VEC, rst);
-            store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
-          }
-        }
-        if constexpr (QUANT)
-          if (l8 == 0) p.state_scale[s * p.state_scale_stride_slot + h * P + row] = 1.f / rst.enc;
-      }
-    }
+    if (writes)
+      store_folded_row<ST, VEC, KC>(
+          v, valid, ckpt + static_cast<int64_t>(rr) * N,
+          static_cast<uint64_t>(s * p.state_stride_slot + head_off + static_cast<int64_t>(rr) * N),
+          l8, 8, kc, N / VEC, sr, seed, p.sr_rounds,
+          QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + rr : nullptr);
     for (int t = 0; t < T; ++t) {
       advance(c + t);
       const float dot = row_dot(v, s_C + t * N);
@@ -1151,50 +1126,15 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   __syncwarp();
 
   // ---- outputs --------------------------------------------------------------
-  for (int i = lane; i < T * P; i += 32) {
-    const int t = i / P, r = i - t * P;
-    float y = s_y[i];
-    if (closed) {
-      y *= s_dec[t];
-      const float* coef = s_coef + t * E;
-      for (int j = 0; j <= c + t; ++j) y += coef[j] * x_of(j, r);
-    }
-    y += s_D[r] * to_f32(s_xt[i]);
-    if (f & SSU_F_HAS_Z) y *= silu(to_f32(s_z[i]));
-    out_bh[(tok0 + t) * p.out_stride_t + r] = from_f32<IT>(y);
-  }
+  write_outputs<IT, 32>(p, out_bh, tok0, 0, P, T, c, closed, s_y, s_coef, s_D, s_xr, s_xt, s_z,
+                        lane);
   if (!writes) return;
 
   // ---- the sequence's last warp: shared ring entries and the counters -----
   const bool last = __shfl_sync(kAll, (arrived & 0x7fff) == static_cast<int>(p.nheads) - 1, 0);
   if (!last) return;
   __threadfence();
-  if (!flush_op) {
-    const int G = static_cast<int>(p.ngroups);
-    IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
-    for (int i = lane; i < T * G * N; i += 32) {
-      const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
-      Bw[(newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
-          static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
-                                      gg * p.B_stride_g + n];
-    }
-    const int H = static_cast<int>(p.nheads);
-    float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
-    for (int i = lane; i < T * H; i += 32) {
-      const int t = i / H, hh = i - t * H;
-      const int64_t tok = tok0 + t;
-      float v = load_param(p.dt, p.dt_dtype,
-                           b * p.dt_stride_b + tok * p.dt_stride_t + hh * p.dt_stride_h);
-      if (f & SSU_F_HAS_DT_BIAS)
-        v += load_param(p.dt_bias, p.dt_bias_dtype, hh * p.dt_bias_stride_h);
-      if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
-      dw[(newc + t) * rp.ring_dt_stride_l + hh * rp.ring_dt_stride_h] = v;
-    }
-  }
-  if (lane == 0) {
-    rp.committed[s * rp.committed_stride] = newc;
-    rp.pending[s * rp.pending_stride] = flush_op ? 0 : T;
-  }
+  write_shared_entries<IT, 32>(rp, b, s, tok0, T, newc, lane);
 }
 
 }  // namespace

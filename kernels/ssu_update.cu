@@ -67,6 +67,16 @@ __device__ __forceinline__ int64_t load_index(const void* p, int32_t dtype, int6
   return __ldg(static_cast<const int*>(p) + i);
 }
 
+// cu_seqlens[b + 1] - cu_seqlens[b] without overflow, as the CPU backend
+// computes it: entries as far apart as INT64_MIN and INT64_MAX give a
+// length beyond any T (or below zero).
+__device__ __forceinline__ int64_t sequence_length(int64_t tok0, int64_t tok1) {
+  const int64_t len =
+      static_cast<int64_t>(static_cast<uint64_t>(tok1) - static_cast<uint64_t>(tok0));
+  if (((tok1 ^ tok0) & (tok1 ^ len)) < 0) return tok1 > tok0 ? INT64_MAX : INT64_MIN;
+  return len;
+}
+
 // The step size and decay use the library's own exp / log1p (ssu_math.h),
 // exactly as the CPU backend does, so that both store the same state bits.
 __device__ __forceinline__ float softplus20(float v) { return ssu_math::softplus20(v); }
@@ -245,7 +255,8 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   int64_t tok0 = 0, ntok64 = p.ntokens;
   if (f & SSU_F_VARLEN) {
     tok0 = load_index(p.cu_seqlens, p.seqlen_dtype, b * p.cu_seqlens_stride);
-    ntok64 = load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride) - tok0;
+    ntok64 = sequence_length(tok0,
+                             load_index(p.cu_seqlens, p.seqlen_dtype, (b + 1) * p.cu_seqlens_stride));
     if (ntok64 <= 0) return;
     if (ntok64 > p.ntokens) {
       if (reporter) report(p.error_word, SSU_BIT_SEQLEN);
