@@ -28,7 +28,9 @@ struct CopyTiming {
   // CUDA: graph-captured cuMemcpyDtoDAsync; CPU: the better of a one-thread
   // and a multi-thread memcpy.
   double memcpy_s = 0;
-  double kernel_s = 0;  // CUDA: ssu-bench's 16-byte vectorized copy kernel (0: none)
+  // ssu-bench's own copy (0: none). CUDA: a 16-byte vectorized copy kernel;
+  // CPU: a streaming-store copy loop, the better of one and all threads.
+  double kernel_s = 0;
   // CUDA: a read-only stream of as many bytes as the copy moves (its source
   // and destination both read), for reference; never the ceiling (0: none).
   double read_s = 0;

@@ -35,10 +35,11 @@ const char kUsage[] =
     "Times ssu_plan_execute_update on a model-shaped decode step for a sweep of\n"
     "batch sizes and prints, per batch: the median time of one call, the achieved\n"
     "bandwidth (bytes that must move / time), the device's copy bandwidth for the\n"
-    "same number of bytes measured in the same run (CPU: the better of one-thread\n"
-    "and multi-thread memcpy; CUDA: the faster of a graph-captured device-to-device\n"
-    "memcpy and ssu-bench's 16-byte vectorized copy kernel, with a read-only\n"
-    "stream of the same bytes for reference), their ratio, and the host time of\n"
+    "same number of bytes measured in the same run (CPU: the fastest of memcpy and\n"
+    "a streaming-store copy loop, each on one and on all threads; CUDA: the faster\n"
+    "of a graph-captured device-to-device memcpy and ssu-bench's 16-byte\n"
+    "vectorized copy kernel, with a read-only stream of the same bytes for\n"
+    "reference), their ratio, and the host time of\n"
     "one execute call. On CUDA the header also gives the launch\n"
     "floor: the host time of cuLaunchKernel of an empty kernel with a parameter\n"
     "block as large as the update kernels' (and with an 8-byte one).\n"
@@ -1052,7 +1053,8 @@ void print_header(const Report& rep, double best_copy, bool cuda, const std::str
   std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
               cuda ? "the faster of a graph-captured device-to-device memcpy and a 16-byte "
                      "vectorized copy kernel (each rotated over 256 MiB)"
-                   : "best of 1-thread and multi-thread memcpy",
+                   : "the fastest of memcpy and a streaming-store copy loop, each on one and "
+                     "on all threads",
               best_copy);
   if (rep.launch_param_bytes)
     std::printf("launch floor: %.2f us of host time per cuLaunchKernel of an empty kernel with a "
