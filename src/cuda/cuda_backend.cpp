@@ -360,33 +360,32 @@ class CudaBackend final : public Backend {
     // flight); the block kernels split heads into tiles below that.
     const bool warp_batch = replay_warp_ == 1 || bh >= kReplayWarpMinItemsPerSm * sms_;
     const int64_t warp_need = warp_batch ? replay_warp_smem(rp, &L) : -1;
+    CUfunction fn;
+    int64_t blocks, need;
     if (warp_need >= 0) {
-      // One warp per (sequence, head), four per block.
-      const int64_t blocks = (bh + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
-      if (blocks > INT32_MAX)
-        fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
-             static_cast<long long>(bh));
-      void* args[] = {&L};
-      launch(replay_warp_fn_[si][ii], static_cast<unsigned>(blocks), SSU_CUDA_REPLAY_THREADS,
-             static_cast<unsigned>(warp_need), stream, args);
-      return;
+      // One warp per (sequence, head), SSU_CUDA_REPLAY_WARPS per block.
+      fn = replay_warp_fn_[si][ii];
+      blocks = (bh + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
+      need = warp_need;
+    } else {
+      // Whole heads per block once they fill the device four times over;
+      // smaller row tiles (more blocks) below that.
+      const int rows = replay_rows(rp, bh);
+      need = replay_smem(rp, rows, &L);
+      const int64_t tiles = L.tiles_per_head;
+      if (p.nheads * tiles >= 32768)
+        fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld in %lld row tiles make too many blocks per "
+             "sequence for the replay kernels (limit 32767)", static_cast<long long>(p.nheads),
+             static_cast<long long>(tiles));
+      fn = replay_fn_[si][ii];
+      blocks = bh * tiles;
     }
-    // Whole heads per block once they fill the device four times over;
-    // smaller row tiles (more blocks) below that.
-    const int rows = replay_rows(rp, bh);
-    const int64_t need = replay_smem(rp, rows, &L);
-    const int64_t tiles = L.tiles_per_head;
-    if (p.nheads * tiles >= 32768)
-      fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld in %lld row tiles make too many blocks per "
-           "sequence for the replay kernels (limit 32767)", static_cast<long long>(p.nheads),
-           static_cast<long long>(tiles));
-    const int64_t blocks = bh * tiles;
     if (blocks > INT32_MAX)
-      fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads*tiles=%lld is too large for one CUDA launch",
-           static_cast<long long>(blocks));
+      fail(SSU_ERROR_NOT_SUPPORTED, "a replay launch of %lld blocks (batch*nheads=%lld) is too "
+           "large for one CUDA launch", static_cast<long long>(blocks), static_cast<long long>(bh));
     void* args[] = {&L};
-    launch(replay_fn_[si][ii], static_cast<unsigned>(blocks), SSU_CUDA_REPLAY_THREADS,
-           static_cast<unsigned>(need), stream, args);
+    launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_REPLAY_THREADS, static_cast<unsigned>(need),
+           stream, args);
   }
 
   void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t stream) override {
