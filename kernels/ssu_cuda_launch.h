@@ -181,6 +181,9 @@ typedef struct ssu_cuda_replay_launch {
   int32_t warp_slice; /* warp-per-head kernels: bytes of shared memory per
                          warp; the offsets above are within a warp's slice
                          (rows = P, no tile)                             */
+  int32_t prefetch_steps; /* warp-per-head kernels: row steps (4 rows) asked
+                             of L2 ahead of the one being read; <= the
+                             register depth: none                        */
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -111,6 +111,57 @@ __device__ __forceinline__ void load_vec(const IT* p, float* out) {
   }
 }
 
+// load_vec with bf16 pairs widened by a shift and a mask (one operation
+// per element; the generic conversion spends two on the high half).
+template <typename IT, int VEC>
+__device__ __forceinline__ void widen_vec(const IT* p, float* out) {
+  if constexpr (std::is_same<IT, bf16>::value) {
+#pragma unroll
+    for (int i = 0; i < VEC; i += 4) {
+      const uint2 w = *reinterpret_cast<const uint2*>(p + i);
+      out[i] = __uint_as_float(w.x << 16);
+      out[i + 1] = __uint_as_float(w.x & 0xffff0000u);
+      out[i + 2] = __uint_as_float(w.y << 16);
+      out[i + 3] = __uint_as_float(w.y & 0xffff0000u);
+    }
+  } else {
+    load_vec<IT, VEC>(p, out);
+  }
+}
+
+// Sums D values (D = 1, 2, 4 or 8) of every lane over the 8 lanes of its
+// group (l8 = lane & 7), transposed: at each xor stage a lane keeps half of
+// its values and sends the other half, so D sums take D - 1 + log2(8 / D)
+// shuffles. Leaves the sum of value idx (returned: l8 >> log2(8 / D)) in
+// v[0], complete in every lane with l8 % (8 / D) == 0.
+template <int D>
+__device__ __forceinline__ int transpose_reduce8(float* v, int l8) {
+  static_assert(D == 1 || D == 2 || D == 4 || D == 8, "D lanes values");
+  constexpr unsigned kAll = 0xffffffffu;
+  int idx = 0;
+  int n = D;
+#pragma unroll
+  for (int m = 4; m >= 1; m >>= 1) {
+    if (n > 1) {
+      const bool up = l8 & m;
+      const int h = n / 2;
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) {
+        if (i < h) {
+          const float send = up ? v[i] : v[i + h];
+          const float keep = up ? v[i + h] : v[i];
+          v[i] = keep + __shfl_xor_sync(kAll, send, m);
+        }
+      }
+      idx = idx * 2 + (up ? 1 : 0);
+      n = h;
+    } else {
+      v[0] += __shfl_xor_sync(kAll, v[0], m);
+    }
+  }
+  return idx;
+}
+
 // ---- pieces both replay kernel families share ---------------------------------
 // NT threads (a block's or a warp's) with ids tid = 0 .. NT-1 take part.
 
@@ -826,11 +877,16 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 // at most 512 for f32 and 256 for 16-bit states); the planner sends other
 // shapes to the block kernels.
 constexpr int kReplayWarpEl = 16;  // state elements per lane and row
-#ifndef SSU_REPLAY_WARP_DEPTH_F32
-#define SSU_REPLAY_WARP_DEPTH_F32 2
-#endif
-// Five blocks of four warps per SM: 102 registers a thread.
-constexpr int kReplayWarpMinBlocks = 5 * 128 / SSU_CUDA_REPLAY_THREADS;
+// Row steps in flight per warp (a step: 4 rows, 2 KiB of an f32 state), and
+// the blocks per SM the registers for them allow: 16-bit states four steps
+// at five blocks (96 registers), f32 states four steps at four blocks
+// (128 registers): a warp streams its head alone, so its bytes in flight set
+// its pace, and at batch 512 the deeper f32 pipeline measured 5 % faster
+// than two steps at five blocks.
+template <typename ST>
+constexpr int kReplayWarpDepth = 4;
+template <typename ST>
+constexpr int kReplayWarpMinBlocks = (sizeof(ST) == 4 ? 4 : 5) * 128 / SSU_CUDA_REPLAY_THREADS;
 
 template <typename ST, typename IT>
 __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L) {
@@ -924,10 +980,22 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // bytes in flight (2-4 KiB) set its pace.
   // (Two before the counters are known: a flush folds with two, its
   // registers going to the fold.)
-  constexpr int DEPTH = sizeof(ST) == 4 ? SSU_REPLAY_WARP_DEPTH_F32 : 4;
+  constexpr int DEPTH = kReplayWarpDepth<ST>;
   uint4 raw[DEPTH][KC];
   load_step(0, raw[0]);
   load_step(1, raw[1]);
+  // Registers hold only DEPTH row steps, too few bytes in flight to cover a
+  // loaded DRAM's latency; the next L.prefetch_steps steps are asked of L2
+  // ahead of them (one bulk prefetch per step by lane 0, whose lane_src is
+  // the head's start: no registers, no shared memory), so a row step's
+  // loads mostly hit L2. Whole steps only; the first request takes steps
+  // [2, pfd) at once (the head's rows are one contiguous run).
+  const int pfd = min(L.prefetch_steps, P / 4);
+  auto prefetch_steps = [&](int from, int count) {
+    if (lane == 0)
+      prefetch_l2(lane_src + from * step_chunks, static_cast<uint32_t>(count * step_chunks * 16));
+  };
+  if (pfd > 2) prefetch_steps(2, pfd - 2);
 
   const ReplaySeq sqv = replay_decide(rp, b, s, T, reporter);
   const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
@@ -1040,6 +1108,30 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       for (int d = 0; d < D; ++d) {
         if (rs + d < nsteps) step(rs + d, raw[d]);
         load_step(rs + d + D, raw[d]);
+        if (pfd > D && rs + d + pfd < P / 4) prefetch_steps(rs + d + pfd, 1);
+      }
+    }
+  };
+  // The committed entries folded into a lane's values v of row rr, in the
+  // update's fp32 sequence v * dA_j + B_j * (delta_j * x_j): the flush's
+  // arithmetic, most of its instructions. Pointers step per entry and B is
+  // widened by bit operations; Full: the lane holds KC chunks (kc == KC),
+  // so no chunk is tested.
+  auto fold_committed = [&](auto full, float* v, int rr) {
+    constexpr bool Full = decltype(full)::value;
+    const IT* Bj = s_Br + l8 * VEC;
+    const IT* xj = s_xr + rr;
+    for (int j = 0; j < c; ++j, Bj += N, xj += P) {
+      const float dA = s_dA[j];
+      const float dtx = s_delta[j] * to_f32(*xj);
+#pragma unroll
+      for (int k = 0; k < KC; ++k) {
+        if (Full || k < kc) {
+          float bv[VEC];
+          widen_vec<IT, VEC>(Bj + 8 * k * VEC, bv);
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) v[k * VEC + i] = v[k * VEC + i] * dA + bv[i] * dtx;
+        }
       }
     }
   };
@@ -1063,7 +1155,10 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
         }
       }
     };
-    for (int j = 0; j < c; ++j) advance(j);
+    if (kc == KC)
+      fold_committed(std::true_type(), v, rr);
+    else
+      fold_committed(std::false_type(), v, rr);
     if (writes)
       store_folded_row<ST, VEC, KC>(
           v, valid, ckpt + static_cast<int64_t>(rr) * N,
@@ -1103,14 +1198,32 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       dot += __shfl_xor_sync(kAll, dot, 1);
       return dot;
     };
-    run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
-      const int row = rs * 4 + grp;
-      float v[KC * VEC];
-      unpack(raw, 1.f, v);
-      float dot = row_dot0(v);
+    // DEPTH row steps at a time: each lane's partial dot of every step, the
+    // next steps' loads, then one transposing reduction over the row's 8
+    // lanes (DEPTH values in DEPTH - 1 + log2(8 / DEPTH) shuffles, not
+    // 3 DEPTH, and independent of one another).
+    for (int rs = 0; rs < nsteps; rs += DEPTH) {
+      float part[DEPTH];
+#pragma unroll
+      for (int d = 0; d < DEPTH; ++d) {
+        float v[KC * VEC];
+        unpack(raw[d], 1.f, v);
+        float dot = 0.f;
+#pragma unroll
+        for (int k = 0; k < KC; ++k)
+          if (k < kc)
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], c0[k * VEC + i], dot);
+        part[d] = dot;
+        load_step(rs + d + DEPTH, raw[d]);
+        if (pfd > DEPTH && rs + d + pfd < P / 4) prefetch_steps(rs + d + pfd, 1);
+      }
+      const int idx = transpose_reduce8<DEPTH>(part, l8);
+      const int row = (rs + idx) * 4 + grp;
+      float dot = part[0];
       if constexpr (QUANT) dot *= s_scale[row < P ? row : 0];
-      if (row < P && l8 == 0) s_y[row] = dot;
-    });
+      if (row < P && (l8 & (8 / DEPTH - 1)) == 0) s_y[row] = dot;
+    }
   } else if (T > 1) {
     run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
       const int row = rs * 4 + grp;
@@ -1144,7 +1257,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       ssu_replay_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                      \
     replay_body<ST, IT>(L);                                                              \
   }                                                                                      \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks) \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
       ssu_replay_warp_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                 \
     replay_warp_body<ST, IT>(L);                                                         \
   }

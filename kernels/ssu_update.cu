@@ -214,6 +214,17 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
 
+// Asks L2 for `bytes` (a multiple of 16) from p (16-byte aligned): one
+// bulk request on sm_90 and later, a line at a time by this thread before.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (uint32_t o = 0; o < bytes; o += 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o));
+#endif
+}
+
 // One block: one (sequence, head) pair and a tile of consecutive rows.
 //  1. slot lookup (padding: zero outputs, return);
 //  2. the tile's state rows, one contiguous run of memory, are copied to

@@ -239,6 +239,10 @@ class CudaBackend final : public Backend {
       // takes the warp-per-head kernels at any batch where the shape allows
       // (tests and measurements); unset, the batch decides.
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_WARP")) replay_warp_ = std::atoi(e) != 0 ? 1 : 0;
+      // SSU_CUDA_REPLAY_PREFETCH: the warp kernels' L2 prefetch distance in
+      // row steps (measurements; 0 turns it off).
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_PREFETCH"))
+        replay_prefetch_ = std::max(0, std::min(64, std::atoi(e)));
       for (int si = 0; si < kStateDtypes; ++si)
         for (int i = 0; i < 3; ++i) {
           replay_fn_[si][i] = load_streaming_kernel(
@@ -573,6 +577,7 @@ class CudaBackend final : public Backend {
     if (slice > INT32_MAX || need > max_smem_ || 2 * need > smem_per_sm_) return -1;
     L->lanes_per_row = 8;
     L->warp_slice = static_cast<int32_t>(slice);
+    L->prefetch_steps = replay_prefetch_;
     return need;
   }
 
@@ -1091,6 +1096,7 @@ class CudaBackend final : public Backend {
   CUfunction replay_warp_fn_[kStateDtypes][3] = {};
   static constexpr int64_t kReplayWarpMinItemsPerSm = 24;
   int replay_max_rows_ = 0;
+  int replay_prefetch_ = 6;  // SSU_CUDA_REPLAY_PREFETCH
   int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
