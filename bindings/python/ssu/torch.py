@@ -27,6 +27,7 @@ Importing this module needs torch; the rest of the package does not.
 
 import ctypes
 import re
+import threading
 
 import torch
 
@@ -260,11 +261,11 @@ def _build(op, tensors, pointers, scalars, key):
     return e
 
 
-# execute(plan, args, stream) called with the GIL held. Two threads that hit
-# the same cached entry share its argument struct: releasing the GIL (as
-# plain ctypes calls do) would let one thread store its pointers while the
-# library reads the other's. Holding it costs nothing on the CUDA backend,
-# whose execute only launches, and also saves the release and reacquire.
+# execute(plan, args, stream) called with the GIL held, which saves the
+# release and reacquire of a plain ctypes call and costs nothing on the CUDA
+# backend, whose execute only launches. (What keeps two threads that share
+# a cached argument struct apart is the entry's lock, see _entry_call: the
+# interpreter may switch threads between the stores of the pointers.)
 _EXECUTE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -346,16 +347,26 @@ def _entry_call(op, present, execute, plan, ref, device, mamba1):
     names = [name for name, *_ in op.tensors] + [name for name, _ in op.pointers]
     views = [f"v{k}" for k in range(len(present))]
     stream = "stream(device)" if device >= 0 else "0"
+    # The stores and the call hold the entry's lock: threads that share an
+    # entry share its struct, and the interpreter may switch threads
+    # between two stores, which would run one thread's call with another
+    # thread's pointers.
     source = (f"def make({', '.join(views)}):\n"
               f"    def call({', '.join(names)}):\n"
-              + "".join(f"        v{k}.value = {names[i]}.data_ptr()\n"
+              "        acquire()\n"
+              "        try:\n"
+              + "".join(f"            v{k}.value = {names[i]}.data_ptr()\n"
                         for k, (i, _) in enumerate(present))
-              + f"        status = execute(plan, ref, {stream})\n"
+              + f"            status = execute(plan, ref, {stream})\n"
+              "        finally:\n"
+              "            release()\n"
               "        if status:\n"
               "            fail(op, status, mamba1)\n"
               "    return call\n")
+    lock = threading.Lock()
     scope = {"execute": execute, "plan": plan, "ref": ref, "device": device, "op": op,
-             "mamba1": mamba1, "stream": _raw_stream, "fail": _raise}
+             "mamba1": mamba1, "stream": _raw_stream, "fail": _raise,
+             "acquire": lock.acquire, "release": lock.release}
     exec(compile(source, f"<ssu.torch {op.name} call>", "exec"), scope)
     return scope["make"](*[view for _, view in present])
 

@@ -331,28 +331,35 @@ def test_errors_name_the_argument(device):
 
 def test_threads_sharing_a_cached_entry():
     """Four threads calling with one layout (so one cached argument struct)
-    on their own pools get what each would get alone."""
+    on their own pools get what each would get alone, with the interpreter
+    switching threads as often as it can."""
+    import sys
     import threading
     g = gen(19)
     inputs = [mamba2_inputs(g, "cpu", torch.float32) for _ in range(4)]
     want = []
     for a in inputs:
         state = a["state"].clone()
-        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(50)]
+        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(1000)]
         want.append((state, outs))
     got = [None] * 4
 
     def worker(i):
         a = inputs[i]
         state = a["state"].clone()
-        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(50)]
+        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(1000)]
         got[i] = (state, outs)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     for (ws, wo), (gs, go) in zip(want, got):
         assert torch.equal(ws, gs) and all(torch.equal(a, b) for a, b in zip(wo, go))
 
