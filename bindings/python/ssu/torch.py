@@ -13,9 +13,12 @@ fake implementation, so it works inside ``torch.compile(fullgraph=True)`` and
 CUDA-graph capture. Outside of tracing the functions call the library
 directly, without the dispatcher, to keep the host cost of a call small.
 
-Per call, the only work done in Python is a lookup of a prebuilt argument
-struct keyed by every tensor's dtype, shape, strides and device (plus the
-options) and the store of each tensor's data pointer into it. A miss (a new
+Per call, the work done in Python is a check that the arguments are those
+the previous call's prebuilt argument struct describes (the options, which
+tensors are given, and every tensor's type, dtype, device, shape and
+strides, the tensors in one C++ check of torch's), the store of each
+tensor's data pointer into the struct and one ctypes call. Other arguments
+go to a lookup of the struct keyed by all of those; a miss there (a new
 batch size, a new layout) builds the struct and, if needed, a libssu plan;
 plans are cached per shape without the batch and slot axes, per dtypes,
 flags, layouts and device, so a new batch size reuses its plan. Build the
@@ -27,6 +30,7 @@ Importing this module needs torch; the rest of the package does not.
 
 import ctypes
 import re
+import textwrap
 import threading
 
 import torch
@@ -144,9 +148,14 @@ class _Operation:
 
 class _Entry:
     """A prebuilt argument struct (structs, which `call` stores the data
-    pointers into) and the plan it runs with."""
+    pointers into) and the plan it runs with.
 
-    __slots__ = ("plan", "structs", "call")
+    `call` stores the pointers and runs; `run`, which takes every argument
+    of the operation, first checks that they are what the struct describes
+    (with `check`, made by `guarded`; `present` picks the arguments it
+    checks) and hands anything else to the keyed lookup."""
+
+    __slots__ = ("plan", "structs", "call", "present", "guarded", "check", "run")
 
 
 def _insert_head(shape, strides, axes):
@@ -254,7 +263,9 @@ def _build(op, tensors, pointers, scalars, key):
     e = _Entry()
     e.plan = plan
     e.structs = structs
-    e.call = _entry_call(op, slots, execute, plan, ctypes.addressof(args), device, mamba1)
+    e.call, e.present, e.guarded = _entry_functions(op, slots, scalars, execute, plan,
+                                                    ctypes.addressof(args), device, mamba1)
+    e.check = e.run = None
     if len(op.entries) >= 4096:  # a runaway of layouts: start over
         op.entries.clear()
     op.entries[key] = e
@@ -264,8 +275,8 @@ def _build(op, tensors, pointers, scalars, key):
 # execute(plan, args, stream) called with the GIL held, which saves the
 # release and reacquire of a plain ctypes call and costs nothing on the CUDA
 # backend, whose execute only launches. (What keeps two threads that share
-# a cached argument struct apart is the entry's lock, see _entry_call: the
-# interpreter may switch threads between the stores of the pointers.)
+# a cached argument struct apart is the entry's lock, see _entry_functions:
+# the interpreter may switch threads between the stores of the pointers.)
 _EXECUTE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -309,9 +320,10 @@ def _tuple(names):
 
 
 def _hot_path(op):
-    """The per-call function of an operation, written out for its arguments:
-    look up the prebuilt struct by the options and every tensor's dtype,
-    shape, strides and device, store the data pointers, call. (The device
+    """The keyed lookup of an operation, written out for its arguments: look
+    up the prebuilt struct by the options and every tensor's dtype, shape,
+    strides and device, build it on a miss, make it the entry that the next
+    call tries first (_adopt), store the data pointers, call. (The device
     of every tensor is in the key because a struct built for CUDA memory
     must never receive a host pointer: the cold path refuses mixed devices
     with an error, a kernel would fault.)
@@ -319,6 +331,7 @@ def _hot_path(op):
     every attribute read and loop step shows."""
     tensors = [name for name, *_ in op.tensors]
     pointers = [name for name, _ in op.pointers]
+    arguments = ", ".join(tensors + pointers)
     params = ", ".join(tensors + pointers + list(op.scalar_names))
     key = [_tuple(op.scalar_names)]
     for name in tensors:
@@ -327,46 +340,121 @@ def _hot_path(op):
     for name in pointers:
         key.append(f"None if {name} is None else ({name}.dtype, {name}.shape, {name}.get_device())")
     source = (
-        f"def run({params}):\n"
+        f"def lookup({params}):\n"
         f"    key = ({', '.join(key)})\n"
         f"    e = entries.get(key)\n"
         f"    if e is None:\n"
         f"        e = build(op, {_tuple(tensors)}, {_tuple(pointers)}, "
         f"{_tuple(op.scalar_names)}, key)\n"
-        f"    e.call({', '.join(tensors + pointers)})\n")
-    scope = {"entries": op.entries, "build": _build, "op": op}
+        f"    adopt(op, e, e.present({arguments}))\n"
+        f"    e.call({arguments})\n")
+    scope = {"entries": op.entries, "build": _build, "op": op, "adopt": _adopt}
     exec(compile(source, f"<ssu.torch {op.name}>", "exec"), scope)
-    return scope["run"]
+    return scope["lookup"]
 
 
-def _entry_call(op, present, execute, plan, ref, device, mamba1):
-    """The function an entry runs per call, given all of the operation's
-    tensor and pointer arguments: one store per present argument's data
+try:
+    # dynamo's C++ check of tensors against those it was made from: Python
+    # type, dispatch keys, dtype, device, requires_grad, sizes and strides,
+    # for a list of tensors in one call. About 75 ns a tensor, where reading
+    # dtype, shape, strides and device from Python costs 300.
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - torch without dynamo
+    _TensorGuards = None
+
+
+def _guard(tensors):
+    """A function of as many arguments as `tensors` that tells whether they
+    are tensors like them (type, dtype, device, shape, strides)."""
+    # The constructor reads both keywords whether given or not (torch 2.15
+    # crashes without them), so they are always passed.
+    return _TensorGuards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+
+
+def _guards_work():
+    """Whether _guard behaves as the entries need, on this torch: it is not
+    a public API, and without it every call takes the keyed lookup."""
+    if _TensorGuards is None:
+        return False
+    try:
+        a = torch.zeros(2, 3)
+        check = _guard((a, a[:, :1]))
+        return (check(torch.ones(2, 3), torch.ones(2, 3)[:, 1:2]) is True
+                and check(a, torch.zeros(2, 1)) is False           # strides
+                and check(a, a[:1, :1]) is False                   # shape
+                and check(a.double(), a[:, :1]) is False           # dtype
+                and check(a, None) is False
+                and check(torch.nn.Parameter(a), a[:, :1]) is False)  # type
+    except Exception:  # pragma: no cover - a torch whose API differs
+        return False
+
+
+_guards = _guards_work()
+
+
+def _adopt(op, e, present):
+    """Makes `e` the entry that the operation's next call tries first
+    (op.run), with a check that accepts `present`, this call's arguments
+    that the struct describes. An entry keeps its check while that accepts
+    them, so layouts that take turns build nothing new."""
+    if not _guards:
+        return
+    check = e.check
+    if check is None or not check(*present):
+        try:
+            check = _guard(present)
+        except Exception:  # not plain tensors: every call looks up
+            op.run = op.lookup
+            return
+        e.check, e.run = check, e.guarded(check)
+    op.run = e.run
+
+
+def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
+    """The functions of an entry (see _Entry), written out for the
+    operation's arguments. `call` stores each present argument's data
     pointer (`present`: (argument index, c_void_p view into a struct)
-    pairs), then the execute call on the device's current stream."""
+    pairs), then runs the execute call on the device's current stream.
+    `guarded(check)` makes the `run` that first tests the arguments absent
+    from the struct for None, the options for this struct's values
+    (`scalars`) and the present arguments with `check`."""
     names = [name for name, *_ in op.tensors] + [name for name, _ in op.pointers]
-    views = [f"v{k}" for k in range(len(present))]
+    given = [names[i] for i, _ in present]
+    absent = [name for name in names if name not in given]
+    everything = ", ".join(names + list(op.scalar_names))
     stream = "stream(device)" if device >= 0 else "0"
     # The stores and the call hold the entry's lock: threads that share an
     # entry share its struct, and the interpreter may switch threads
     # between two stores, which would run one thread's call with another
     # thread's pointers.
-    source = (f"def make({', '.join(views)}):\n"
+    body = ("acquire()\n"
+            "try:\n"
+            + "".join(f"    v{k}.value = {name}.data_ptr()\n" for k, name in enumerate(given))
+            + f"    status = execute(plan, ref, {stream})\n"
+            "finally:\n"
+            "    release()\n"
+            "if status:\n"
+            "    fail(op, status, mamba1)\n")
+    test = " and ".join([f"{name} is None" for name in absent]
+                        + [f"{name} == s{k}" for k, name in enumerate(op.scalar_names)]
+                        + [f"check({', '.join(given)})"])
+    source = (f"def make({', '.join(f'v{k}' for k in range(len(present)))}):\n"
               f"    def call({', '.join(names)}):\n"
-              "        acquire()\n"
-              "        try:\n"
-              + "".join(f"            v{k}.value = {names[i]}.data_ptr()\n"
-                        for k, (i, _) in enumerate(present))
-              + f"            status = execute(plan, ref, {stream})\n"
-              "        finally:\n"
-              "            release()\n"
-              "        if status:\n"
-              "            fail(op, status, mamba1)\n"
-              "    return call\n")
+              + textwrap.indent(body, " " * 8) +
+              f"    def present({', '.join(names)}):\n"
+              f"        return {_tuple(given)}\n"
+              f"    def guarded(check):\n"
+              f"        def run({everything}):\n"
+              f"            if not ({test}):\n"
+              f"                return op.lookup({everything})\n"
+              + textwrap.indent(body, " " * 12) +
+              f"        return run\n"
+              f"    return call, present, guarded\n")
     lock = threading.Lock()
     scope = {"execute": execute, "plan": plan, "ref": ref, "device": device, "op": op,
              "mamba1": mamba1, "stream": _raw_stream, "fail": _raise,
              "acquire": lock.acquire, "release": lock.release}
+    scope.update((f"s{k}", value) for k, value in enumerate(scalars))
     exec(compile(source, f"<ssu.torch {op.name} call>", "exec"), scope)
     return scope["make"](*[view for _, view in present])
 
@@ -483,6 +571,7 @@ def clear_cache():
     launched with new work: the graphs keep their kernels' arguments, but a
     later call would build everything again."""
     for op in (_SSU, _REPLAY, _REPLAY_FLUSH, _MAMBA3_STEP, _MAMBA3_ROTARY):
+        op.run = op.lookup  # the entry it held runs a plan destroyed below
         op.entries.clear()
         for handle in op.plans.values():
             _L.ssu_plan_destroy(handle)
@@ -491,7 +580,7 @@ def clear_cache():
 
 
 for _op in (_SSU, _REPLAY, _REPLAY_FLUSH, _MAMBA3_STEP, _MAMBA3_ROTARY):
-    _op.run = _hot_path(_op)
+    _op.lookup = _op.run = _hot_path(_op)
 del _op
 
 
@@ -518,7 +607,7 @@ def _custom_op(operation, mutates, ints=(), bools=()):
     """Registers torch.ops.ssu.<name>, running the operation's per-call
     function; its arguments are the operation's tensors (Tensor, or Tensor?
     unless required), pointers (Tensor?) and options."""
-    fn = operation.run
+    fn = operation.lookup
     optional = [name for name, *_ in operation.tensors if name not in operation.required]
     optional += [name for name, _ in operation.pointers]
     op = torch.library.custom_op(f"ssu::{operation.name}", _annotate(fn, optional, ints, bools),
