@@ -150,12 +150,12 @@ class _Entry:
     """A prebuilt argument struct (structs, which `call` stores the data
     pointers into) and the plan it runs with.
 
-    `call` stores the pointers and runs; `run`, which takes every argument
-    of the operation, first checks that they are what the struct describes
-    (with `check`, made by `guarded`; `present` picks the arguments it
-    checks) and hands anything else to the keyed lookup."""
+    `call` stores the pointers and runs. `guarded(check, miss, then)` makes
+    a function of every argument of the operation that first checks that
+    they are what the struct describes (`check` tests the tensors that
+    `present` picks) and hands anything else to `miss`."""
 
-    __slots__ = ("plan", "structs", "call", "present", "guarded", "check", "run")
+    __slots__ = ("plan", "structs", "call", "present", "guarded", "check")
 
 
 def _insert_head(shape, strides, axes):
@@ -265,7 +265,7 @@ def _build(op, tensors, pointers, scalars, key):
     e.structs = structs
     e.call, e.present, e.guarded = _entry_functions(op, slots, scalars, execute, plan,
                                                     ctypes.addressof(args), device, mamba1)
-    e.check = e.run = None
+    e.check = None
     if len(op.entries) >= 4096:  # a runaway of layouts: start over
         op.entries.clear()
     op.entries[key] = e
@@ -395,19 +395,32 @@ _guards = _guards_work()
 def _adopt(op, e, present):
     """Makes `e` the entry that the operation's next call tries first
     (op.run), with a check that accepts `present`, this call's arguments
-    that the struct describes. An entry keeps its check while that accepts
-    them, so layouts that take turns build nothing new."""
+    that the struct describes, and the entry tried first before it the
+    second try; a call that finds its struct second makes that entry the
+    first. So two layouts that take turns (two models, or two kinds of
+    layer) each find their struct without the keyed lookup, and a switch
+    back to the previous layout costs one failed check. An entry keeps its
+    check while that accepts the arguments, so nothing is rebuilt."""
     if not _guards:
         return
-    check = e.check
-    if check is None or not check(*present):
+    if e.check is None or not e.check(*present):
         try:
-            check = _guard(present)
+            e.check = _guard(present)
         except Exception:  # not plain tensors: every call looks up
-            op.run = op.lookup
+            op.run, op.first, op.second = op.lookup, None, None
             return
-        e.check, e.run = check, e.guarded(check)
-    op.run = e.run
+    if op.first is not e:
+        op.first, op.second = e, op.first
+    other = op.second
+    if other is None:
+        op.run = e.guarded(e.check, op.lookup, None)
+        return
+    # What a call that the second try finds sets (see guarded): the
+    # operation's run, first and second entry, the two swapped.
+    e_first, other_first = [None, e, other], [None, other, e]
+    e_first[0] = e.guarded(e.check, other.guarded(other.check, op.lookup, other_first), None)
+    other_first[0] = other.guarded(other.check, e.guarded(e.check, op.lookup, e_first), None)
+    op.run = e_first[0]
 
 
 def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
@@ -415,9 +428,11 @@ def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
     operation's arguments. `call` stores each present argument's data
     pointer (`present`: (argument index, c_void_p view into a struct)
     pairs), then runs the execute call on the device's current stream.
-    `guarded(check)` makes the `run` that first tests the arguments absent
-    from the struct for None, the options for this struct's values
-    (`scalars`) and the present arguments with `check`."""
+    `guarded(check, miss, then)` makes the function that first tests the
+    arguments absent from the struct for None, the options for this
+    struct's values (`scalars`) and the present arguments with `check`,
+    calls `miss` with them if that fails, else (given `then`, the
+    operation's run, first and second entry) sets those and runs."""
     names = [name for name, *_ in op.tensors] + [name for name, _ in op.pointers]
     given = [names[i] for i, _ in present]
     absent = [name for name in names if name not in given]
@@ -443,12 +458,17 @@ def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
               + textwrap.indent(body, " " * 8) +
               f"    def present({', '.join(names)}):\n"
               f"        return {_tuple(given)}\n"
-              f"    def guarded(check):\n"
+              f"    def guarded(check, miss, then):\n"
               f"        def run({everything}):\n"
               f"            if not ({test}):\n"
-              f"                return op.lookup({everything})\n"
+              f"                return miss({everything})\n"
               + textwrap.indent(body, " " * 12) +
-              f"        return run\n"
+              f"        def promote({everything}):\n"
+              f"            if not ({test}):\n"
+              f"                return miss({everything})\n"
+              f"            op.run, op.first, op.second = then\n"
+              + textwrap.indent(body, " " * 12) +
+              f"        return run if then is None else promote\n"
               f"    return call, present, guarded\n")
     lock = threading.Lock()
     scope = {"execute": execute, "plan": plan, "ref": ref, "device": device, "op": op,
@@ -571,7 +591,8 @@ def clear_cache():
     launched with new work: the graphs keep their kernels' arguments, but a
     later call would build everything again."""
     for op in (_SSU, _REPLAY, _REPLAY_FLUSH, _MAMBA3_STEP, _MAMBA3_ROTARY):
-        op.run = op.lookup  # the entry it held runs a plan destroyed below
+        # The entries it held run plans destroyed below.
+        op.run, op.first, op.second = op.lookup, None, None
         op.entries.clear()
         for handle in op.plans.values():
             _L.ssu_plan_destroy(handle)
@@ -581,6 +602,7 @@ def clear_cache():
 
 for _op in (_SSU, _REPLAY, _REPLAY_FLUSH, _MAMBA3_STEP, _MAMBA3_ROTARY):
     _op.lookup = _op.run = _hot_path(_op)
+    _op.first = _op.second = None  # the entries op.run tries (see _adopt)
 del _op
 
 

@@ -330,21 +330,33 @@ def test_errors_name_the_argument(device):
 
 
 def test_calls_check_every_argument_against_the_cached_struct(device, monkeypatch):
-    """A call reuses the previous call's struct only when every argument
-    still matches it: options, optional tensors, layouts, dtypes and batch
-    sizes taking turns on one pool all give the reference result, a tensor
-    whose strides change in place is seen as changed, and a call that
-    repeats the previous layout skips the keyed lookup."""
+    """A call reuses a recent call's struct only when every argument still
+    matches it: options, optional tensors, layouts, dtypes and batch sizes
+    changing on one pool all give the reference result, and a tensor whose
+    strides change in place is seen as changed. A call that repeats one of
+    the last two layouts skips the keyed lookup."""
     g = gen(20)
     a = mamba2_inputs(g, device, torch.float32)
     Bt, H, P = a["x"].shape
     storage = randn(g, Bt * H * 2 * P, device=device)
     x = storage[:Bt * H * P].view(Bt, H, P)
     a["x"] = x
+    ssut.clear_cache()
     lookups = []
     lookup = ssut._SSU.lookup
     monkeypatch.setattr(ssut._SSU, "lookup", lambda *args: lookups.append(1) or lookup(*args))
     monkeypatch.setattr(ssut._SSU, "run", ssut._SSU.lookup)
+
+    def step(change, what):
+        """One call, against the reference; whether it looked its struct up."""
+        call = dict(a, **change)
+        want_state, want_out = ref_step(**dict(call, state=a["state"].clone()))
+        before = len(lookups)
+        out = ssut.selective_state_update(**call)
+        assert_close(out, want_out, torch.float32, f"out, {what}")
+        assert_close(a["state"], want_state, torch.float32, f"state, {what}")
+        return len(lookups) > before
+
     variants = [
         {},
         {"dt_softplus": False},
@@ -355,24 +367,20 @@ def test_calls_check_every_argument_against_the_cached_struct(device, monkeypatc
         {"state_batch_indices": a["state_batch_indices"].long()},
         {"pad_slot_id": 5},
         {k: a[k][:3] for k in ("x", "dt", "B", "C", "z", "state_batch_indices")},
-        {},
     ]
     for i, change in enumerate(variants):
-        for repeat in range(2):
-            if i == len(variants) - 1 and repeat == 1:
-                # The same tensor object, now every other P-block of storage.
-                x.as_strided_((Bt, H, P), (H * 2 * P, 2 * P, 1))
-            call = dict(a, **change)
-            want_state, want_out = ref_step(**dict(call, state=a["state"].clone()))
-            before = len(lookups)
-            out = ssut.selective_state_update(**call)
-            what = f"variant {i} {sorted(change)}, call {repeat}"
-            assert_close(out, want_out, torch.float32, f"out, {what}")
-            assert_close(a["state"], want_state, torch.float32, f"state, {what}")
-            if ssut._guards and repeat == 1 and i != len(variants) - 1:
-                assert len(lookups) == before, f"{what} repeats a layout but looked it up"
-    if ssut._guards:  # once per variant, and once for the strides changed in place
-        assert len(lookups) == len(variants) + 1
+        what = f"variant {i} {sorted(change)}"
+        assert step(change, what) or not ssut._guards, f"{what} is new but was not looked up"
+        assert not step(change, what + " again") or not ssut._guards, \
+            f"{what} repeats the last layout but was looked up"
+    for turn in range(4):
+        what = f"variants 1 and 2 taking turns, turn {turn}"
+        assert step(variants[1 + turn % 2], what) == (turn < 2) or not ssut._guards, \
+            f"{what}: {'a new' if turn < 2 else 'one of the last two'} layouts"
+    # The same tensor object, now every other P-block of storage.
+    x.as_strided_((Bt, H, P), (H * 2 * P, 2 * P, 1))
+    assert step({}, "x with new strides") or not ssut._guards, "new strides not looked up"
+    ssut.clear_cache()  # the entries made here call the counting lookup
 
 
 def test_threads_sharing_a_cached_entry():
