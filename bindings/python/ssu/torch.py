@@ -346,8 +346,10 @@ def _hot_path(op):
         f"    if e is None:\n"
         f"        e = build(op, {_tuple(tensors)}, {_tuple(pointers)}, "
         f"{_tuple(op.scalar_names)}, key)\n"
-        f"    adopt(op, e, e.present({arguments}))\n"
-        f"    e.call({arguments})\n")
+        # (Without a working _guard, every call comes here and there is
+        # nothing to adopt.)
+        + (f"    adopt(op, e, e.present({arguments}))\n" if _guards else "")
+        + f"    e.call({arguments})\n")
     scope = {"entries": op.entries, "build": _build, "op": op, "adopt": _adopt}
     exec(compile(source, f"<ssu.torch {op.name}>", "exec"), scope)
     return scope["lookup"]
