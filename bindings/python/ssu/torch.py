@@ -647,9 +647,17 @@ def _define_op(operation, mutates, ints=(), bools=()):
     names = [name for name, *_ in operation.tensors] + [name for name, _ in operation.pointers]
     everything = ", ".join(names + list(operation.scalar_names))
     written = [name for name in names if name in mutates]
+    always = [name for name in written if name in operation.required]
+    optional = [name for name in written if name not in operation.required]
+    # (Spelled out for the usual call, where the optional written tensors
+    # are absent: filtering them out costs as much as the bump.)
     source = (f"def kernel({everything}):\n"
               f"    op.run({everything})\n"
-              f"    bump([t for t in {_tuple(written)} if t is not None])\n")
+              + (f"    if {' and '.join(f'{name} is None' for name in optional)}:\n"
+                 f"        bump({_tuple(always)})\n"
+                 f"    else:\n"
+                 f"        bump([t for t in {_tuple(written)} if t is not None])\n"
+                 if optional else f"    bump({_tuple(always)})\n"))
     scope = {"op": operation, "bump": torch._C._increment_version}
     exec(compile(source, f"<ssu.torch {operation.name} kernel>", "exec"), scope)
     kernel = scope["kernel"]

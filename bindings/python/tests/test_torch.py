@@ -444,6 +444,27 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.ssu.selective_state_update.default, args)
 
 
+def test_op_bumps_the_written_tensors_versions(device):
+    """Through the dispatcher the written tensors' version counters move, as
+    after torch's in-place ops (autograd's check of saved tensors reads
+    them); the read-only ones stay."""
+    g = gen(21)
+    a = mamba2_inputs(g, device, torch.float32)
+    out = torch.empty_like(a["x"])
+    scale = torch.ones(a["state"].shape[:-1], device=device)
+    for state_scale in (None, scale):
+        state = a["state"] if state_scale is None else a["state"].to(torch.int16)
+        args = (state, a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"],
+                out, a["state_batch_indices"], None, None, None, None, None, state_scale, None,
+                None, True, False, -1, 0, 0)
+        before = [t._version for t in args[:19] if isinstance(t, torch.Tensor)]
+        torch.ops.ssu.selective_state_update.default(*args)
+        after = [t._version for t in args[:19] if isinstance(t, torch.Tensor)]
+        moved = [t is state or t is out or t is state_scale
+                 for t in args[:19] if isinstance(t, torch.Tensor)]
+        assert [b != a_ for b, a_ in zip(before, after)] == moved
+
+
 def test_torch_compile_fullgraph(device):
     """A decode step (projection, the update, a residual) compiled with
     fullgraph=True matches eager, state mutation included."""
