@@ -401,11 +401,16 @@ def _adopt(op, e, present):
     second try; a call that finds its struct second makes that entry the
     first. So two layouts that take turns (two models, or two kinds of
     layer) each find their struct without the keyed lookup, and a switch
-    back to the previous layout costs one failed check. An entry keeps its
-    check while that accepts the arguments, so nothing is rebuilt."""
+    back to the previous layout costs one failed check.
+    An entry's check is made anew only when it has none or when it is one
+    of the two that were tried: the lookup found it by dtypes, shapes,
+    strides and devices, so its check failed on what the key leaves out
+    (dispatch keys, requires_grad, the tensor type). Any other entry
+    keeps its check; if that fails, the entry is tried first next call,
+    fails, and then gets a new one."""
     if not _guards:
         return
-    if e.check is None or not e.check(*present):
+    if e.check is None or e is op.first or e is op.second:
         try:
             e.check = _guard(present)
         except Exception:  # not plain tensors: every call looks up
@@ -455,30 +460,34 @@ def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
     test = " and ".join([f"{name} is None" for name in absent]
                         + [f"{name} == s{k}" for k, name in enumerate(op.scalar_names)]
                         + [f"check({', '.join(given)})"])
-    source = (f"def make({', '.join(f'v{k}' for k in range(len(present)))}):\n"
-              f"    def call({', '.join(names)}):\n"
-              + textwrap.indent(body, " " * 8) +
-              f"    def present({', '.join(names)}):\n"
-              f"        return {_tuple(given)}\n"
-              f"    def guarded(check, miss, then):\n"
+    # The views v0, v1, ... are names of the entry's own scope rather than
+    # cells of a closure: guarded() makes a function on every lookup, at a
+    # cost that grows with the closure.
+    source = (f"def call({', '.join(names)}):\n"
+              + textwrap.indent(body, " " * 4) +
+              f"def present({', '.join(names)}):\n"
+              f"    return {_tuple(given)}\n"
+              f"def guarded(check, miss, then):\n"
+              f"    if then is None:\n"
               f"        def run({everything}):\n"
               f"            if not ({test}):\n"
               f"                return miss({everything})\n"
               + textwrap.indent(body, " " * 12) +
-              f"        def promote({everything}):\n"
-              f"            if not ({test}):\n"
-              f"                return miss({everything})\n"
-              f"            op.run, op.first, op.second = then\n"
-              + textwrap.indent(body, " " * 12) +
-              f"        return run if then is None else promote\n"
-              f"    return call, present, guarded\n")
+              f"        return run\n"
+              f"    def promote({everything}):\n"
+              f"        if not ({test}):\n"
+              f"            return miss({everything})\n"
+              f"        op.run, op.first, op.second = then\n"
+              + textwrap.indent(body, " " * 8) +
+              f"    return promote\n")
     lock = threading.Lock()
     scope = {"execute": execute, "plan": plan, "ref": ref, "device": device, "op": op,
              "mamba1": mamba1, "stream": _raw_stream, "fail": _raise,
              "acquire": lock.acquire, "release": lock.release}
     scope.update((f"s{k}", value) for k, value in enumerate(scalars))
+    scope.update((f"v{k}", view) for k, (_, view) in enumerate(present))
     exec(compile(source, f"<ssu.torch {op.name} call>", "exec"), scope)
-    return scope["make"](*[view for _, view in present])
+    return scope["call"], scope["present"], scope["guarded"]
 
 
 # ---------------------------------------------------------------------------

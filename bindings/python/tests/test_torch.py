@@ -377,6 +377,12 @@ def test_calls_check_every_argument_against_the_cached_struct(device, monkeypatc
         what = f"variants 1 and 2 taking turns, turn {turn}"
         assert step(variants[1 + turn % 2], what) == (turn < 2) or not ssut._guards, \
             f"{what}: {'a new' if turn < 2 else 'one of the last two'} layouts"
+    # A tensor that differs from the last ones only in what the lookup key
+    # leaves out (requires_grad here) runs the struct of its layout, and
+    # calls stop looking it up within two calls.
+    D_grad = a["D"][:, 0].clone().requires_grad_()[:, None].expand(H, P)
+    looked = [step({"D": D_grad}, f"D requiring grad, call {k}") for k in range(3)]
+    assert not ssut._guards or (looked[0] and not looked[2])
     # The same tensor object, now every other P-block of storage.
     x.as_strided_((Bt, H, P), (H * 2 * P, 2 * P, 1))
     assert step({}, "x with new strides") or not ssut._guards, "new strides not looked up"
