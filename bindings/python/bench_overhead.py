@@ -9,11 +9,15 @@ Times, on a tiny decode problem (so that the kernel itself is negligible):
   execute     plan.execute(**arrays): every array described on every call;
 and, where torch is installed, the torch functions on torch tensors:
   torch       ssu.torch.selective_state_update(...) with the same 11 tensors:
-              struct lookup by layout, data pointers, one ctypes call;
+              a check against the previous call's struct, data pointers,
+              one ctypes call;
   torch-views the same in the layout mamba_ssm, vLLM and transformers pass:
               A, dt, D, dt_bias as stride-0 expanded views;
   torch-op    torch.ops.ssu.selective_state_update, through the dispatcher
-              (what a torch.compile graph without CUDA graphs pays).
+              (what a torch.compile graph without CUDA graphs pays);
+  torch-turns torch and torch-views taking turns, per call: half the calls
+              fail the check against the last call's struct first (what
+              two models or kinds of layer with different shapes pay).
 With --backend cuda the arrays are torch CUDA tensors and the calls are
 asynchronous launches; the numbers are host time per call (the GPU queue
 is drained outside the timed loops), so they include libssu's own launch
@@ -43,7 +47,8 @@ def best_per_call(fn, iters, sync, repeats=5):
 
 
 def torch_calls(torch, ssut, args, Bt, H, P, N, backend):
-    """The ssu.torch timings: (name, function) pairs on torch tensors."""
+    """The ssu.torch timings: (name, function, calls it makes) on torch
+    tensors."""
     dev = "cpu" if backend == "cpu" else "cuda"
     t = {k: (torch.as_tensor(v).to(dev) if not isinstance(v, bool) else v)
          for k, v in args.items()}
@@ -60,6 +65,10 @@ def torch_calls(torch, ssut, args, Bt, H, P, N, backend):
     def torch_views():
         ssut.selective_state_update(**views)
 
+    def torch_turns():  # two calls
+        ssut.selective_state_update(**flat)
+        ssut.selective_state_update(**views)
+
     op = torch.ops.ssu.selective_state_update.default
     positional = (t["state"], t["x"], t["dt"], t["A"], t["B"], t["C"], t["D"], t["z"],
                   t["dt_bias"], t["out"], idx, None, None, None, None, None, None, None, None,
@@ -68,8 +77,8 @@ def torch_calls(torch, ssut, args, Bt, H, P, N, backend):
     def torch_op():
         op(*positional)
 
-    return [("torch_us", torch_call), ("torch_views_us", torch_views),
-            ("torch_op_us", torch_op)]
+    return [("torch_us", torch_call, 1), ("torch_views_us", torch_views, 1),
+            ("torch_op_us", torch_op, 1), ("torch_turns_us", torch_turns, 2)]
 
 
 def main():
@@ -127,14 +136,14 @@ def main():
 
     version = _lib.lib.ssu_version
     results = {"backend": opt.backend, "device": ctx.device_name, "iters": opt.iters}
-    timed = [("ffi_floor_us", version), ("bound_us", call), ("bound_ptrs_us", bound_ptrs),
-             ("execute_us", execute)]
+    timed = [("ffi_floor_us", version, 1), ("bound_us", call, 1),
+             ("bound_ptrs_us", bound_ptrs, 1), ("execute_us", execute, 1)]
     if torch is not None:
         timed += torch_calls(torch, ssut, args, Bt, H, P, N, opt.backend)
         results["torch"] = torch.__version__
-    for name, fn in timed:
+    for name, fn, calls in timed:
         fn()
-        results[name] = round(best_per_call(fn, opt.iters, sync), 3)
+        results[name] = round(best_per_call(fn, opt.iters, sync) / calls, 3)
     for k, v in results.items():
         print(f"{k:14s} {v}")
     if opt.json:

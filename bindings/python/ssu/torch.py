@@ -13,9 +13,12 @@ fake implementation, so it works inside ``torch.compile(fullgraph=True)`` and
 CUDA-graph capture. Outside of tracing the functions call the library
 directly, without the dispatcher, to keep the host cost of a call small.
 
-Per call, the only work done in Python is a lookup of a prebuilt argument
-struct keyed by every tensor's dtype, shape, strides and device (plus the
-options) and the store of each tensor's data pointer into it. A miss (a new
+Per call, the work done in Python is a check that the arguments are those
+the previous call's prebuilt argument struct describes (the options, which
+tensors are given, and every tensor's type, dtype, device, shape and
+strides, the tensors in one C++ check of torch's), the store of each
+tensor's data pointer into the struct and one ctypes call. Other arguments
+go to a lookup of the struct keyed by all of those; a miss there (a new
 batch size, a new layout) builds the struct and, if needed, a libssu plan;
 plans are cached per shape without the batch and slot axes, per dtypes,
 flags, layouts and device, so a new batch size reuses its plan. Build the
@@ -27,6 +30,8 @@ Importing this module needs torch; the rest of the package does not.
 
 import ctypes
 import re
+import textwrap
+import threading
 
 import torch
 
@@ -143,9 +148,14 @@ class _Operation:
 
 class _Entry:
     """A prebuilt argument struct (structs, which `call` stores the data
-    pointers into) and the plan it runs with."""
+    pointers into) and the plan it runs with.
 
-    __slots__ = ("plan", "structs", "call")
+    `call` stores the pointers and runs. `guarded(check, miss, then)` makes
+    a function of every argument of the operation that first checks that
+    they are what the struct describes (`check` tests the tensors that
+    `present` picks) and hands anything else to `miss`."""
+
+    __slots__ = ("plan", "structs", "call", "present", "guarded", "check")
 
 
 def _insert_head(shape, strides, axes):
@@ -253,18 +263,20 @@ def _build(op, tensors, pointers, scalars, key):
     e = _Entry()
     e.plan = plan
     e.structs = structs
-    e.call = _entry_call(op, slots, execute, plan, ctypes.addressof(args), device, mamba1)
+    e.call, e.present, e.guarded = _entry_functions(op, slots, scalars, execute, plan,
+                                                    ctypes.addressof(args), device, mamba1)
+    e.check = None
     if len(op.entries) >= 4096:  # a runaway of layouts: start over
         op.entries.clear()
     op.entries[key] = e
     return e
 
 
-# execute(plan, args, stream) called with the GIL held. Two threads that hit
-# the same cached entry share its argument struct: releasing the GIL (as
-# plain ctypes calls do) would let one thread store its pointers while the
-# library reads the other's. Holding it costs nothing on the CUDA backend,
-# whose execute only launches, and also saves the release and reacquire.
+# execute(plan, args, stream) called with the GIL held, which saves the
+# release and reacquire of a plain ctypes call and costs nothing on the CUDA
+# backend, whose execute only launches. (What keeps two threads that share
+# a cached argument struct apart is the entry's lock, see _entry_functions:
+# the interpreter may switch threads between the stores of the pointers.)
 _EXECUTE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -308,9 +320,10 @@ def _tuple(names):
 
 
 def _hot_path(op):
-    """The per-call function of an operation, written out for its arguments:
-    look up the prebuilt struct by the options and every tensor's dtype,
-    shape, strides and device, store the data pointers, call. (The device
+    """The keyed lookup of an operation, written out for its arguments: look
+    up the prebuilt struct by the options and every tensor's dtype, shape,
+    strides and device, build it on a miss, make it the entry that the next
+    call tries first (_adopt), store the data pointers, call. (The device
     of every tensor is in the key because a struct built for CUDA memory
     must never receive a host pointer: the cold path refuses mixed devices
     with an error, a kernel would fault.)
@@ -318,6 +331,7 @@ def _hot_path(op):
     every attribute read and loop step shows."""
     tensors = [name for name, *_ in op.tensors]
     pointers = [name for name, _ in op.pointers]
+    arguments = ", ".join(tensors + pointers)
     params = ", ".join(tensors + pointers + list(op.scalar_names))
     key = [_tuple(op.scalar_names)]
     for name in tensors:
@@ -326,38 +340,154 @@ def _hot_path(op):
     for name in pointers:
         key.append(f"None if {name} is None else ({name}.dtype, {name}.shape, {name}.get_device())")
     source = (
-        f"def run({params}):\n"
+        f"def lookup({params}):\n"
         f"    key = ({', '.join(key)})\n"
         f"    e = entries.get(key)\n"
         f"    if e is None:\n"
         f"        e = build(op, {_tuple(tensors)}, {_tuple(pointers)}, "
         f"{_tuple(op.scalar_names)}, key)\n"
-        f"    e.call({', '.join(tensors + pointers)})\n")
-    scope = {"entries": op.entries, "build": _build, "op": op}
+        # (Without a working _guard, every call comes here and there is
+        # nothing to adopt.)
+        + (f"    adopt(op, e, e.present({arguments}))\n" if _guards else "")
+        + f"    e.call({arguments})\n")
+    scope = {"entries": op.entries, "build": _build, "op": op, "adopt": _adopt}
     exec(compile(source, f"<ssu.torch {op.name}>", "exec"), scope)
-    return scope["run"]
+    return scope["lookup"]
 
 
-def _entry_call(op, present, execute, plan, ref, device, mamba1):
-    """The function an entry runs per call, given all of the operation's
-    tensor and pointer arguments: one store per present argument's data
+try:
+    # dynamo's C++ check of tensors against those it was made from: Python
+    # type, dispatch keys, dtype, device, requires_grad, sizes and strides,
+    # for a list of tensors in one call. About 75 ns a tensor, where reading
+    # dtype, shape, strides and device from Python costs 300.
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - torch without dynamo
+    _TensorGuards = None
+
+
+def _guard(tensors):
+    """A function of as many arguments as `tensors` that tells whether they
+    are tensors like them (type, dtype, device, shape, strides)."""
+    # The constructor reads both keywords whether given or not (torch 2.15
+    # crashes without them), so they are always passed.
+    return _TensorGuards(*tensors, dynamic_dims_sizes=None, dynamic_dims_strides=None).check
+
+
+def _guards_work():
+    """Whether _guard behaves as the entries need, on this torch: it is not
+    a public API, and without it every call takes the keyed lookup."""
+    if _TensorGuards is None:
+        return False
+    try:
+        a = torch.zeros(2, 3)
+        check = _guard((a, a[:, :1]))
+        return (check(torch.ones(2, 3), torch.ones(2, 3)[:, 1:2]) is True
+                and check(a, torch.zeros(2, 1)) is False           # strides
+                and check(a, a[:1, :1]) is False                   # shape
+                and check(a.double(), a[:, :1]) is False           # dtype
+                and check(a, None) is False
+                and check(torch.nn.Parameter(a), a[:, :1]) is False)  # type
+    except Exception:  # pragma: no cover - a torch whose API differs
+        return False
+
+
+_guards = _guards_work()
+
+
+def _adopt(op, e, present):
+    """Makes `e` the entry that the operation's next call tries first
+    (op.run), with a check that accepts `present`, this call's arguments
+    that the struct describes, and the entry tried first before it the
+    second try; a call that finds its struct second makes that entry the
+    first. So two layouts that take turns (two models, or two kinds of
+    layer) each find their struct without the keyed lookup, and a switch
+    back to the previous layout costs one failed check.
+    An entry's check is made anew only when it has none or when it is one
+    of the two that were tried: the lookup found it by dtypes, shapes,
+    strides and devices, so its check failed on what the key leaves out
+    (dispatch keys, requires_grad, the tensor type). Any other entry
+    keeps its check; if that fails, the entry is tried first next call,
+    fails, and then gets a new one."""
+    if not _guards:
+        return
+    if e.check is None or e is op.first or e is op.second:
+        try:
+            e.check = _guard(present)
+        except Exception:  # not plain tensors: every call looks up
+            op.run, op.first, op.second = op.lookup, None, None
+            return
+    if op.first is not e:
+        op.first, op.second = e, op.first
+    other = op.second
+    if other is None:
+        op.run = e.guarded(e.check, op.lookup, None)
+        return
+    # What a call that the second try finds sets (see guarded): the
+    # operation's run, first and second entry, the two swapped.
+    e_first, other_first = [None, e, other], [None, other, e]
+    e_first[0] = e.guarded(e.check, other.guarded(other.check, op.lookup, other_first), None)
+    other_first[0] = other.guarded(other.check, e.guarded(e.check, op.lookup, e_first), None)
+    op.run = e_first[0]
+
+
+def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
+    """The functions of an entry (see _Entry), written out for the
+    operation's arguments. `call` stores each present argument's data
     pointer (`present`: (argument index, c_void_p view into a struct)
-    pairs), then the execute call on the device's current stream."""
+    pairs), then runs the execute call on the device's current stream.
+    `guarded(check, miss, then)` makes the function that first tests the
+    arguments absent from the struct for None, the options for this
+    struct's values (`scalars`) and the present arguments with `check`,
+    calls `miss` with them if that fails, else (given `then`, the
+    operation's run, first and second entry) sets those and runs."""
     names = [name for name, *_ in op.tensors] + [name for name, _ in op.pointers]
-    views = [f"v{k}" for k in range(len(present))]
+    given = [names[i] for i, _ in present]
+    absent = [name for name in names if name not in given]
+    everything = ", ".join(names + list(op.scalar_names))
     stream = "stream(device)" if device >= 0 else "0"
-    source = (f"def make({', '.join(views)}):\n"
-              f"    def call({', '.join(names)}):\n"
-              + "".join(f"        v{k}.value = {names[i]}.data_ptr()\n"
-                        for k, (i, _) in enumerate(present))
-              + f"        status = execute(plan, ref, {stream})\n"
-              "        if status:\n"
-              "            fail(op, status, mamba1)\n"
-              "    return call\n")
+    # The stores and the call hold the entry's lock: threads that share an
+    # entry share its struct, and the interpreter may switch threads
+    # between two stores, which would run one thread's call with another
+    # thread's pointers.
+    body = ("acquire()\n"
+            "try:\n"
+            + "".join(f"    v{k}.value = {name}.data_ptr()\n" for k, name in enumerate(given))
+            + f"    status = execute(plan, ref, {stream})\n"
+            "finally:\n"
+            "    release()\n"
+            "if status:\n"
+            "    fail(op, status, mamba1)\n")
+    test = " and ".join([f"{name} is None" for name in absent]
+                        + [f"{name} == s{k}" for k, name in enumerate(op.scalar_names)]
+                        + [f"check({', '.join(given)})"])
+    # The views v0, v1, ... are names of the entry's own scope rather than
+    # cells of a closure: guarded() makes a function on every lookup, at a
+    # cost that grows with the closure.
+    source = (f"def call({', '.join(names)}):\n"
+              + textwrap.indent(body, " " * 4) +
+              f"def present({', '.join(names)}):\n"
+              f"    return {_tuple(given)}\n"
+              f"def guarded(check, miss, then):\n"
+              f"    if then is None:\n"
+              f"        def run({everything}):\n"
+              f"            if not ({test}):\n"
+              f"                return miss({everything})\n"
+              + textwrap.indent(body, " " * 12) +
+              f"        return run\n"
+              f"    def promote({everything}):\n"
+              f"        if not ({test}):\n"
+              f"            return miss({everything})\n"
+              f"        op.run, op.first, op.second = then\n"
+              + textwrap.indent(body, " " * 8) +
+              f"    return promote\n")
+    lock = threading.Lock()
     scope = {"execute": execute, "plan": plan, "ref": ref, "device": device, "op": op,
-             "mamba1": mamba1, "stream": _raw_stream, "fail": _raise}
+             "mamba1": mamba1, "stream": _raw_stream, "fail": _raise,
+             "acquire": lock.acquire, "release": lock.release}
+    scope.update((f"s{k}", value) for k, value in enumerate(scalars))
+    scope.update((f"v{k}", view) for k, (_, view) in enumerate(present))
     exec(compile(source, f"<ssu.torch {op.name} call>", "exec"), scope)
-    return scope["make"](*[view for _, view in present])
+    return scope["call"], scope["present"], scope["guarded"]
 
 
 # ---------------------------------------------------------------------------
@@ -472,6 +602,8 @@ def clear_cache():
     launched with new work: the graphs keep their kernels' arguments, but a
     later call would build everything again."""
     for op in (_SSU, _REPLAY, _REPLAY_FLUSH, _MAMBA3_STEP, _MAMBA3_ROTARY):
+        # The entries it held run plans destroyed below.
+        op.run, op.first, op.second = op.lookup, None, None
         op.entries.clear()
         for handle in op.plans.values():
             _L.ssu_plan_destroy(handle)
@@ -480,7 +612,8 @@ def clear_cache():
 
 
 for _op in (_SSU, _REPLAY, _REPLAY_FLUSH, _MAMBA3_STEP, _MAMBA3_ROTARY):
-    _op.run = _hot_path(_op)
+    _op.lookup = _op.run = _hot_path(_op)
+    _op.first = _op.second = None  # the entries op.run tries (see _adopt)
 del _op
 
 
@@ -503,42 +636,78 @@ def _annotate(fn, optional, ints=(), bools=()):
 from typing import Optional as _Optional  # noqa: E402
 
 
-def _custom_op(operation, mutates, ints=(), bools=()):
-    """Registers torch.ops.ssu.<name>, running the operation's per-call
-    function; its arguments are the operation's tensors (Tensor, or Tensor?
-    unless required), pointers (Tensor?) and options."""
-    fn = operation.run
+# The ops are defined with torch.library.Library and one Python kernel for
+# CPU and CUDA tensors rather than with torch.library.custom_op, which puts
+# Python autograd and ADInplaceOrView layers (and its own wrapper) in front
+# of the kernel: each is a dispatcher round trip with every argument boxed,
+# 14 of the 22.5 us a call took through the dispatcher on the CPU test
+# machine. Without an autograd kernel the dispatcher's own (C++) fallback
+# serves the Autograd key; the ops have no derivative either way.
+_LIB = torch.library.Library("ssu", "DEF")
+
+
+def _define_op(operation, mutates, ints=(), bools=()):
+    """Registers torch.ops.ssu.<name>: its arguments are the operation's
+    tensors (Tensor, or Tensor? unless required), pointers (Tensor?) and
+    options, `mutates` are declared as written (Tensor(a!)); the kernel
+    runs the operation's per-call function and then bumps the version
+    counters of the written tensors, as torch's in-place ops (and
+    custom_op's ADInplaceOrView layer) do. Returns the op's overload."""
+    names = [name for name, *_ in operation.tensors] + [name for name, _ in operation.pointers]
+    everything = ", ".join(names + list(operation.scalar_names))
+    written = [name for name in names if name in mutates]
+    always = [name for name in written if name in operation.required]
+    optional = [name for name in written if name not in operation.required]
+    # (Spelled out for the usual call, where the optional written tensors
+    # are absent: filtering them out costs as much as the bump.)
+    source = (f"def kernel({everything}):\n"
+              f"    op.run({everything})\n"
+              + (f"    if {' and '.join(f'{name} is None' for name in optional)}:\n"
+                 f"        bump({_tuple(always)})\n"
+                 f"    else:\n"
+                 f"        bump([t for t in {_tuple(written)} if t is not None])\n"
+                 if optional else f"    bump({_tuple(always)})\n"))
+    scope = {"op": operation, "bump": torch._C._increment_version}
+    exec(compile(source, f"<ssu.torch {operation.name} kernel>", "exec"), scope)
+    kernel = scope["kernel"]
     optional = [name for name, *_ in operation.tensors if name not in operation.required]
     optional += [name for name, _ in operation.pointers]
-    op = torch.library.custom_op(f"ssu::{operation.name}", _annotate(fn, optional, ints, bools),
-                                 mutates_args=mutates)
+    schema = torch.library.infer_schema(_annotate(kernel, optional, ints, bools),
+                                        mutates_args=mutates)
+    _LIB.define(operation.name + schema)
+    for key in ("CPU", "CUDA"):
+        _LIB.impl(operation.name, kernel, key)
     # Every output is a mutated argument: the fake implementation has
     # nothing to compute.
-    op.register_fake(lambda *args, **kwargs: None)
-    return op
+    torch.library.register_fake(f"ssu::{operation.name}", _no_outputs, lib=_LIB)
+    return getattr(torch.ops.ssu, operation.name).default
 
 
-_ssu_op = _custom_op(
+def _no_outputs(*args, **kwargs):
+    return None
+
+
+_ssu_op = _define_op(
     _SSU, ("state", "out", "intermediate_states_buffer", "state_scale",
            "intermediate_state_scales"),
     ints=("pad_slot_id", "max_seqlen", "philox_rounds"),
     bools=("dt_softplus", "disable_state_update"))
 
-_replay_op = _custom_op(
+_replay_op = _define_op(
     _REPLAY, ("state", "state_scale", "ring_x", "ring_B", "ring_dt", "committed", "pending",
               "out"),
     ints=("pad_slot_id", "max_seqlen", "philox_rounds"),
     bools=("dt_softplus", "disable_state_update"))
 
-_replay_flush_op = _custom_op(
+_replay_flush_op = _define_op(
     _REPLAY_FLUSH, ("state", "state_scale", "committed", "pending"),
     ints=("pad_slot_id", "philox_rounds"))
 
-_mamba3_step_op = _custom_op(
+_mamba3_step_op = _define_op(
     _MAMBA3_STEP, ("state", "prev_B", "prev_x", "out"),
     ints=("pad_slot_id",), bools=("update_prev",))
 
-_mamba3_rotary_op = _custom_op(
+_mamba3_rotary_op = _define_op(
     _MAMBA3_ROTARY, ("angle_state", "q_out", "k_out"),
     ints=("pad_slot_id",), bools=("halved",))
 

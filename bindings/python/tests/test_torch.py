@@ -329,30 +329,97 @@ def test_errors_name_the_argument(device):
         assert "state_batch_indices" in str(e.value)
 
 
+def test_calls_check_every_argument_against_the_cached_struct(device, monkeypatch):
+    """A call reuses a recent call's struct only when every argument still
+    matches it: options, optional tensors, layouts, dtypes and batch sizes
+    changing on one pool all give the reference result, and a tensor whose
+    strides change in place is seen as changed. A call that repeats one of
+    the last two layouts skips the keyed lookup."""
+    g = gen(20)
+    a = mamba2_inputs(g, device, torch.float32)
+    Bt, H, P = a["x"].shape
+    storage = randn(g, Bt * H * 2 * P, device=device)
+    x = storage[:Bt * H * P].view(Bt, H, P)
+    a["x"] = x
+    ssut.clear_cache()
+    lookups = []
+    lookup = ssut._SSU.lookup
+    monkeypatch.setattr(ssut._SSU, "lookup", lambda *args: lookups.append(1) or lookup(*args))
+    monkeypatch.setattr(ssut._SSU, "run", ssut._SSU.lookup)
+
+    def step(change, what):
+        """One call, against the reference; whether it looked its struct up."""
+        call = dict(a, **change)
+        want_state, want_out = ref_step(**dict(call, state=a["state"].clone()))
+        before = len(lookups)
+        out = ssut.selective_state_update(**call)
+        assert_close(out, want_out, torch.float32, f"out, {what}")
+        assert_close(a["state"], want_state, torch.float32, f"state, {what}")
+        return len(lookups) > before
+
+    variants = [
+        {},
+        {"dt_softplus": False},
+        {"z": None},
+        {"A": a["A"][:, 0, 0].contiguous()},
+        {"dt": a["dt"][:, :, 0].contiguous()},
+        {"D": None, "dt_bias": None},
+        {"state_batch_indices": a["state_batch_indices"].long()},
+        {"pad_slot_id": 5},
+        {k: a[k][:3] for k in ("x", "dt", "B", "C", "z", "state_batch_indices")},
+    ]
+    for i, change in enumerate(variants):
+        what = f"variant {i} {sorted(change)}"
+        assert step(change, what) or not ssut._guards, f"{what} is new but was not looked up"
+        assert not step(change, what + " again") or not ssut._guards, \
+            f"{what} repeats the last layout but was looked up"
+    for turn in range(4):
+        what = f"variants 1 and 2 taking turns, turn {turn}"
+        assert step(variants[1 + turn % 2], what) == (turn < 2) or not ssut._guards, \
+            f"{what}: {'a new' if turn < 2 else 'one of the last two'} layouts"
+    # A tensor that differs from the last ones only in what the lookup key
+    # leaves out (requires_grad here) runs the struct of its layout, and
+    # calls stop looking it up within two calls.
+    D_grad = a["D"][:, 0].clone().requires_grad_()[:, None].expand(H, P)
+    looked = [step({"D": D_grad}, f"D requiring grad, call {k}") for k in range(3)]
+    assert not ssut._guards or (looked[0] and not looked[2])
+    # The same tensor object, now every other P-block of storage.
+    x.as_strided_((Bt, H, P), (H * 2 * P, 2 * P, 1))
+    assert step({}, "x with new strides") or not ssut._guards, "new strides not looked up"
+    ssut.clear_cache()  # the entries made here call the counting lookup
+
+
 def test_threads_sharing_a_cached_entry():
     """Four threads calling with one layout (so one cached argument struct)
-    on their own pools get what each would get alone."""
+    on their own pools get what each would get alone, with the interpreter
+    switching threads as often as it can."""
+    import sys
     import threading
     g = gen(19)
     inputs = [mamba2_inputs(g, "cpu", torch.float32) for _ in range(4)]
     want = []
     for a in inputs:
         state = a["state"].clone()
-        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(50)]
+        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(1000)]
         want.append((state, outs))
     got = [None] * 4
 
     def worker(i):
         a = inputs[i]
         state = a["state"].clone()
-        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(50)]
+        outs = [ssut.selective_state_update(**dict(a, state=state)).clone() for _ in range(1000)]
         got[i] = (state, outs)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
     for (ws, wo), (gs, go) in zip(want, got):
         assert torch.equal(ws, gs) and all(torch.equal(a, b) for a, b in zip(wo, go))
 
@@ -381,6 +448,27 @@ def test_opcheck(device):
             out, a["state_batch_indices"], None, None, None, None, None, None, None, None,
             True, False, -1, 0, 0)
     torch.library.opcheck(torch.ops.ssu.selective_state_update.default, args)
+
+
+def test_op_bumps_the_written_tensors_versions(device):
+    """Through the dispatcher the written tensors' version counters move, as
+    after torch's in-place ops (autograd's check of saved tensors reads
+    them); the read-only ones stay."""
+    g = gen(21)
+    a = mamba2_inputs(g, device, torch.float32)
+    out = torch.empty_like(a["x"])
+    scale = torch.ones(a["state"].shape[:-1], device=device)
+    for state_scale in (None, scale):
+        state = a["state"] if state_scale is None else a["state"].to(torch.int16)
+        args = (state, a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"],
+                out, a["state_batch_indices"], None, None, None, None, None, state_scale, None,
+                None, True, False, -1, 0, 0)
+        before = [t._version for t in args[:19] if isinstance(t, torch.Tensor)]
+        torch.ops.ssu.selective_state_update.default(*args)
+        after = [t._version for t in args[:19] if isinstance(t, torch.Tensor)]
+        moved = [t is state or t is out or t is state_scale
+                 for t in args[:19] if isinstance(t, torch.Tensor)]
+        assert [b != a_ for b, a_ in zip(before, after)] == moved
 
 
 def test_torch_compile_fullgraph(device):
