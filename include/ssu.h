@@ -48,8 +48,12 @@ extern "C" {
 /* Version                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* While MAJOR is 0, a MINOR release may remove API; the shared library
+ * stays libssu.so.0 and the values that remain keep their numbers.
+ *  0.3: SSU_ALGORITHM_CUDA_TMA (3), reserved but never implemented, was
+ *       removed; plan creation refuses 3 like any unknown algorithm. */
 #define SSU_VERSION_MAJOR 0
-#define SSU_VERSION_MINOR 2
+#define SSU_VERSION_MINOR 3
 #define SSU_VERSION_PATCH 0
 /** MAJOR*10000 + MINOR*100 + PATCH of this header. */
 #define SSU_VERSION \

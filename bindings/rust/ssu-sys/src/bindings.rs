@@ -3,9 +3,9 @@
 // Generated from include/ssu.h by tools/regen-rust-bindings.sh; do not edit.
 
 pub const SSU_VERSION_MAJOR: i32 = 0;
-pub const SSU_VERSION_MINOR: i32 = 2;
+pub const SSU_VERSION_MINOR: i32 = 3;
 pub const SSU_VERSION_PATCH: i32 = 0;
-pub const SSU_VERSION: i32 = 200;
+pub const SSU_VERSION: i32 = 300;
 pub const SSU_SUCCESS: i32 = 0;
 pub const SSU_ERROR_INVALID_ARGUMENT: i32 = 100;
 pub const SSU_ERROR_NULL_POINTER: i32 = 101;
