@@ -48,8 +48,12 @@ extern "C" {
 /* Version                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* While MAJOR is 0, a MINOR release may remove API; the shared library
+ * stays libssu.so.0 and the values that remain keep their numbers.
+ *  0.3: SSU_ALGORITHM_CUDA_TMA (3), reserved but never implemented, was
+ *       removed; plan creation refuses 3 like any unknown algorithm. */
 #define SSU_VERSION_MAJOR 0
-#define SSU_VERSION_MINOR 2
+#define SSU_VERSION_MINOR 3
 #define SSU_VERSION_PATCH 0
 /** MAJOR*10000 + MINOR*100 + PATCH of this header. */
 #define SSU_VERSION \
@@ -442,12 +446,14 @@ typedef struct ssu_update_args {
 typedef struct ssu_plan_s* ssu_plan_t;
 
 /** Algorithms. AUTO lets the plan choose; a specific value pins it (plan
- *  creation fails with SSU_ERROR_ALGORITHM_UNAVAILABLE if it cannot run). */
+ *  creation fails with SSU_ERROR_ALGORITHM_UNAVAILABLE if it cannot run).
+ *  A value not defined here is refused the same way by every operation. */
 typedef int32_t ssu_algorithm_t;
 #define SSU_ALGORITHM_AUTO 0
 #define SSU_ALGORITHM_CPU_ROWS 1   /* CPU: row blocks over worker threads */
 #define SSU_ALGORITHM_CUDA_SIMPLE 2 /* CUDA: one block per (sequence, head) tile */
-#define SSU_ALGORITHM_CUDA_TMA 3    /* CUDA sm_90+: TMA-pipelined tiles (reserved) */
+/* 3 is unused: it was SSU_ALGORITHM_CUDA_TMA, reserved but never implemented,
+ * until 0.2. The other values keep their numbers. */
 /* CUDA: persistent blocks with a two-stage shared-memory ring, for the
  * update's single-token forms and up to 8 tokens with a final-state store
  * (rows of 1..32 16-byte chunks), and for the Mamba-3 step with dstate <= 128;

@@ -282,22 +282,48 @@ TEST_CASE("api: plan info and pinned algorithms") {
   CHECK_MESSAGE(r.ok, r.message);
   ssu_plan_destroy(plan);
 
-  for (ssu_algorithm_t a : {SSU_ALGORITHM_CUDA_SIMPLE, SSU_ALGORITHM_CUDA_TMA}) {
+  for (ssu_algorithm_t a : {SSU_ALGORITHM_CUDA_SIMPLE, SSU_ALGORITHM_CUDA_PIPELINED,
+                            SSU_ALGORITHM_CUDA_REPLAY}) {
     po.algorithm = a;
     plan = kSentinelPlan;
     CHECK(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_ERROR_ALGORITHM_UNAVAILABLE);
     CHECK(plan == kSentinelPlan);
     CHECK(std::strlen(ssu_last_error_message()) > 0);
   }
-  po.algorithm = 99;
-  plan = kSentinelPlan;
-  const ssu_status_t st = ssu_plan_create_update(c.ctx, &args, &po, &plan);
-  CHECK((st == SSU_ERROR_INVALID_ARGUMENT || st == SSU_ERROR_ALGORITHM_UNAVAILABLE));
-  CHECK(plan == kSentinelPlan);
   po = SSU_PLAN_OPTIONS_INIT;
   po.struct_size = 0;
   CHECK(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_ERROR_STRUCT_SIZE);
   CHECK(plan == kSentinelPlan);
+}
+
+TEST_CASE("api: algorithm values ssu.h does not define are refused") {
+  // 3 was SSU_ALGORITHM_CUDA_TMA until 0.2; 0.3 removed it, and a program
+  // built against the old header that still pins it must get the refusal
+  // any other unknown value gets, from every operation, with no plan.
+  CpuContext c;
+  HostMemory mem;
+  UpdateProblem p(small_case(12), mem);
+  const ssu_update_args_t args = p.args();
+  for (ssu_algorithm_t a : {3, 6, 99, -1, INT32_MIN}) {
+    CAPTURE(a);
+    ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+    po.algorithm = a;
+    ssu_plan_t plan = kSentinelPlan;
+    CHECK(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_ERROR_ALGORITHM_UNAVAILABLE);
+    CHECK(plan == kSentinelPlan);
+    const std::string msg = ssu_last_error_message();
+    CHECK_MESSAGE(msg.find("algorithm=" + std::to_string(a) + " is not an algorithm") !=
+                      std::string::npos, msg);
+    // The other operations read their options the same way, before their
+    // arguments, so NULL arguments still get the algorithm's refusal.
+    plan = kSentinelPlan;
+    CHECK(ssu_plan_create_mamba3_step(c.ctx, nullptr, &po, &plan) ==
+          SSU_ERROR_ALGORITHM_UNAVAILABLE);
+    CHECK(ssu_plan_create_mamba3_rotary(c.ctx, nullptr, &po, &plan) ==
+          SSU_ERROR_ALGORITHM_UNAVAILABLE);
+    CHECK(ssu_plan_create_replay(c.ctx, nullptr, &po, &plan) == SSU_ERROR_ALGORITHM_UNAVAILABLE);
+    CHECK(plan == kSentinelPlan);
+  }
 }
 
 TEST_CASE("api: the message is empty after a successful call") {

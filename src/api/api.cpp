@@ -94,10 +94,22 @@ T read_versioned(const T* in, const char* name, const char* init_macro) {
   return v;
 }
 
+// algorithm_name's text for a value ssu.h does not define; compared by
+// address to tell unknown values apart.
+constexpr char kUnknownAlgorithm[] = "unknown";
+
 ssu_plan_options_t plan_options(const ssu_plan_options_t* options) {
   ssu_plan_options_t o;
   std::memset(&o, 0, sizeof o);
   if (options) o = read_versioned(options, "options", "SSU_PLAN_OPTIONS_INIT");
+  // Unknown values (among them 3, the cuda_tma that 0.2 reserved) are
+  // refused here, before any backend sees them, so that every backend and
+  // operation refuses them with the same status and message.
+  if (ssu::algorithm_name(o.algorithm) == kUnknownAlgorithm)
+    ssu::fail(SSU_ERROR_ALGORITHM_UNAVAILABLE,
+              "options->algorithm=%d is not an algorithm of this libssu (%s); use "
+              "SSU_ALGORITHM_AUTO or one of the SSU_ALGORITHM_* values of its ssu.h",
+              o.algorithm, ssu_version_string());
   return o;
 }
 
@@ -136,10 +148,9 @@ const char* algorithm_name(ssu_algorithm_t a) {
     case SSU_ALGORITHM_AUTO: return "auto";
     case SSU_ALGORITHM_CPU_ROWS: return "cpu_rows";
     case SSU_ALGORITHM_CUDA_SIMPLE: return "cuda_simple";
-    case SSU_ALGORITHM_CUDA_TMA: return "cuda_tma";
     case SSU_ALGORITHM_CUDA_PIPELINED: return "cuda_pipelined";
     case SSU_ALGORITHM_CUDA_REPLAY: return "cuda_replay";
-    default: return "unknown";
+    default: return kUnknownAlgorithm;
   }
 }
 }  // namespace ssu
@@ -297,9 +308,7 @@ ssu_status_t ssu_plan_create_update(ssu_context_t context, const ssu_update_args
   return guarded([&] {
     ssu_context_s* c = context_from(context, "context");
     if (!out) ssu::fail(SSU_ERROR_NULL_POINTER, "out_plan is NULL");
-    ssu_plan_options_t o;
-    std::memset(&o, 0, sizeof o);
-    if (options) o = read_versioned(options, "options", "SSU_PLAN_OPTIONS_INIT");
+    const ssu_plan_options_t o = plan_options(options);
     auto plan = new_plan(c, ssu_plan_s::kUpdate);
     plan->proto = ssu::normalize_update(args);
     plan->algorithm = c->backend->plan_update(plan->proto, o.algorithm);

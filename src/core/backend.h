@@ -22,7 +22,9 @@ class Backend {
   // Chooses the algorithm for an update plan whose fixed part is `proto`
   // (a fully validated problem; its pointers are the ones seen at plan time
   // and must not be dereferenced). `requested` is SSU_ALGORITHM_AUTO or a
-  // pinned algorithm. Returns the algorithm; throws Error if it cannot run.
+  // pinned algorithm that ssu.h defines (the API refuses other values before
+  // a backend sees them). Returns the algorithm; throws Error if it cannot
+  // run.
   virtual ssu_algorithm_t plan_update(const ssu_update_params& proto,
                                       ssu_algorithm_t requested) = 0;
 

@@ -427,10 +427,6 @@ class CudaBackend final : public Backend {
              static_cast<long long>(p.ntokens), static_cast<long long>(p.dstate),
              static_cast<long long>(need), max_smem_);
     }
-    if (requested == SSU_ALGORITHM_CUDA_TMA)
-      fail(SSU_ERROR_ALGORITHM_UNAVAILABLE,
-           "algorithm cuda_tma is not implemented by this libssu; use cuda_pipelined, "
-           "cuda_simple or auto");
     return choose_algorithm(requested, pipe_form(p), "update");
   }
 

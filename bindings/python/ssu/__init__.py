@@ -43,7 +43,7 @@ from ._tensor import dtype_code, tensor
 __all__ = ["Context", "Plan", "BoundUpdate", "SsuError", "tensor", "dtype_code",
            "advance_seed", "plan_replay", "execute_replay", "replay_flush", "has_replay",
            "version", "version_string", "library_path", "status_string", "struct_size"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 library_path = _lib.lib_path
 # Whether the loaded library has the replay entry points (a library built

@@ -37,7 +37,7 @@ _BACKENDS = {"auto": _lib.BACKEND_AUTO, "cpu": _lib.BACKEND_CPU, "cuda": _lib.BA
 _BACKEND_NAMES = {v: k for k, v in _BACKENDS.items()}
 # The library's algorithm names (ssu_plan_info_t.algorithm_name).
 _ALGORITHMS = {"auto": _lib.ALGORITHM_AUTO, "cpu_rows": _lib.ALGORITHM_CPU_ROWS,
-               "cuda_simple": _lib.ALGORITHM_CUDA_SIMPLE, "cuda_tma": _lib.ALGORITHM_CUDA_TMA,
+               "cuda_simple": _lib.ALGORITHM_CUDA_SIMPLE,
                "cuda_pipelined": _lib.ALGORITHM_CUDA_PIPELINED,
                "cuda_replay": _lib.ALGORITHM_CUDA_REPLAY}
 
@@ -209,9 +209,9 @@ class Context(_Handle):
         updates of their kind (see ssu.h: everything but data pointers,
         strides, the batch size and the pool's slot count is fixed).
         ``algorithm`` is "auto" or pins one by name ("cpu_rows",
-        "cuda_simple", "cuda_tma", "cuda_pipelined") or by its code; a pinned
-        algorithm that cannot run this update raises SsuError with status
-        202 (algorithm not available)."""
+        "cuda_simple", "cuda_pipelined") or by its code; a pinned algorithm
+        that cannot run this update, or a code the library does not know,
+        raises SsuError with status 202 (algorithm not available)."""
         return Plan(self, args, algorithm, _UPDATE)
 
     def plan_mamba3_step(self, algorithm="auto", **args):

@@ -7,7 +7,7 @@ The library is looked up, in order, at
   3. the system's search path (ctypes.util.find_library, then libssu.so.0).
 
 At import the ctypes struct declarations are checked against the layout
-that ssu.h 0.2 defines on 64-bit platforms (sizes and field offsets, the
+that ssu.h 0.3 defines on 64-bit platforms (sizes and field offsets, the
 same numbers the Rust bindings' bindgen layout tests assert), and the
 library's version is checked against the header version these declarations
 were written for (same major, at least as new): a mismatch raises ImportError instead of
@@ -23,7 +23,7 @@ import os
 # Constants (ssu.h)
 # ---------------------------------------------------------------------------
 
-HEADER_VERSION = (0, 2, 0)
+HEADER_VERSION = (0, 3, 0)
 MAX_DIMS = 6
 
 SUCCESS = 0
@@ -69,7 +69,7 @@ BACKEND_CUDA = 2
 ALGORITHM_AUTO = 0
 ALGORITHM_CPU_ROWS = 1
 ALGORITHM_CUDA_SIMPLE = 2
-ALGORITHM_CUDA_TMA = 3
+# 3 is unused (the reserved cuda_tma until 0.2)
 ALGORITHM_CUDA_PIPELINED = 4
 ALGORITHM_CUDA_REPLAY = 5
 
@@ -288,7 +288,8 @@ _OP_HEAD = (("struct_size", 0), ("flags", 4), ("pad_slot_id", 8), ("pool", 16))
 _REPLAY_TAIL_LAYOUT = (("rounding_seed", 8), ("rounding_rounds", 4), ("reserved1", 4))
 
 
-# Sizes and offsets of ssu.h 0.2 on LP64 platforms (x86-64, aarch64 Linux).
+# Sizes and offsets of ssu.h 0.3 (unchanged since 0.2) on LP64 platforms
+# (x86-64, aarch64 Linux).
 # tests/test_layout.py cross-checks these against the layout tests that
 # bindgen derived from the header (bindings/rust/ssu-sys/src/bindings.rs).
 EXPECTED_LAYOUT = {

@@ -3,9 +3,9 @@
 // Generated from include/ssu.h by tools/regen-rust-bindings.sh; do not edit.
 
 pub const SSU_VERSION_MAJOR: i32 = 0;
-pub const SSU_VERSION_MINOR: i32 = 2;
+pub const SSU_VERSION_MINOR: i32 = 3;
 pub const SSU_VERSION_PATCH: i32 = 0;
-pub const SSU_VERSION: i32 = 200;
+pub const SSU_VERSION: i32 = 300;
 pub const SSU_SUCCESS: i32 = 0;
 pub const SSU_ERROR_INVALID_ARGUMENT: i32 = 100;
 pub const SSU_ERROR_NULL_POINTER: i32 = 101;
@@ -62,7 +62,6 @@ pub const SSU_ERROR_BIT_SEQLEN: i32 = 2;
 pub const SSU_ALGORITHM_AUTO: i32 = 0;
 pub const SSU_ALGORITHM_CPU_ROWS: i32 = 1;
 pub const SSU_ALGORITHM_CUDA_SIMPLE: i32 = 2;
-pub const SSU_ALGORITHM_CUDA_TMA: i32 = 3;
 pub const SSU_ALGORITHM_CUDA_PIPELINED: i32 = 4;
 pub const SSU_ALGORITHM_CUDA_REPLAY: i32 = 5;
 pub const SSU_MAMBA3_UPDATE_PREV: i32 = 1;
@@ -1188,6 +1187,7 @@ pub struct ssu_plan_s {
 pub type ssu_plan_t = *mut ssu_plan_s;
 #[doc = " Algorithms. AUTO lets the plan choose; a specific value pins it (plan"]
 #[doc = "  creation fails with SSU_ERROR_ALGORITHM_UNAVAILABLE if it cannot run)."]
+#[doc = "  A value not defined here is refused the same way by every operation."]
 pub type ssu_algorithm_t = i32;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

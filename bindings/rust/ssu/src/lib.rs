@@ -607,7 +607,6 @@ impl Drop for Context {
 pub enum Algorithm {
     CpuRows,
     CudaSimple,
-    CudaTma,
     /// CUDA: persistent blocks with a two-stage shared-memory ring for the
     /// update's single-token forms (and up to 8 tokens) and the Mamba-3
     /// step; the CUDA backend's AUTO picks it there.
@@ -624,7 +623,6 @@ impl Algorithm {
         match self {
             Algorithm::CpuRows => sys::SSU_ALGORITHM_CPU_ROWS,
             Algorithm::CudaSimple => sys::SSU_ALGORITHM_CUDA_SIMPLE,
-            Algorithm::CudaTma => sys::SSU_ALGORITHM_CUDA_TMA,
             Algorithm::CudaPipelined => sys::SSU_ALGORITHM_CUDA_PIPELINED,
             Algorithm::CudaReplay => sys::SSU_ALGORITHM_CUDA_REPLAY,
             Algorithm::Other(v) => v,
@@ -634,7 +632,6 @@ impl Algorithm {
         match raw {
             sys::SSU_ALGORITHM_CPU_ROWS => Algorithm::CpuRows,
             sys::SSU_ALGORITHM_CUDA_SIMPLE => Algorithm::CudaSimple,
-            sys::SSU_ALGORITHM_CUDA_TMA => Algorithm::CudaTma,
             sys::SSU_ALGORITHM_CUDA_PIPELINED => Algorithm::CudaPipelined,
             sys::SSU_ALGORITHM_CUDA_REPLAY => Algorithm::CudaReplay,
             v => Algorithm::Other(v),
@@ -1494,7 +1491,6 @@ mod tests {
         let known = [
             (Algorithm::CpuRows, sys::SSU_ALGORITHM_CPU_ROWS),
             (Algorithm::CudaSimple, sys::SSU_ALGORITHM_CUDA_SIMPLE),
-            (Algorithm::CudaTma, sys::SSU_ALGORITHM_CUDA_TMA),
             (Algorithm::CudaPipelined, sys::SSU_ALGORITHM_CUDA_PIPELINED),
             (Algorithm::CudaReplay, sys::SSU_ALGORITHM_CUDA_REPLAY),
         ];
@@ -1504,6 +1500,8 @@ mod tests {
         }
         assert_eq!(sys::SSU_ALGORITHM_CUDA_PIPELINED, 4);
         assert_eq!(sys::SSU_ALGORITHM_CUDA_REPLAY, 5);
+        // 3 (cuda_tma until 0.2) is no algorithm now.
+        assert_eq!(Algorithm::from_raw(3), Algorithm::Other(3));
         assert_eq!(Algorithm::from_raw(1000), Algorithm::Other(1000));
         assert_eq!(Algorithm::Other(1000).raw(), 1000);
         assert_eq!(plan_options(None).algorithm, sys::SSU_ALGORITHM_AUTO);

@@ -194,9 +194,15 @@ fn pinned_algorithms_on_the_cpu() {
     assert_eq!(info.algorithm, Algorithm::CpuRows);
     assert_eq!(info.algorithm_name, "cpu_rows");
     // The CUDA algorithms are refused by the CPU backend, each by its own code.
-    for alg in [Algorithm::CudaSimple, Algorithm::CudaTma, Algorithm::CudaPipelined] {
+    for alg in [Algorithm::CudaSimple, Algorithm::CudaPipelined] {
         let err = ctx.plan_update(&args, Some(alg)).err().expect("a CUDA algorithm on the CPU");
         assert_eq!(err.status(), ssu::sys::SSU_ERROR_ALGORITHM_UNAVAILABLE, "{alg:?}: {err}");
+    }
+    // 3 was cuda_tma until 0.2; the library refuses it like any unknown value.
+    for raw in [3, 99] {
+        let err = ctx.plan_update(&args, Some(Algorithm::Other(raw))).err().expect("unknown");
+        assert_eq!(err.status(), ssu::sys::SSU_ERROR_ALGORITHM_UNAVAILABLE, "{raw}: {err}");
+        assert!(err.to_string().contains(&format!("algorithm={raw} is not an algorithm")), "{err}");
     }
     let err = ctx.plan_update(&args, Some(Algorithm::CudaPipelined)).err().unwrap();
     assert!(err.to_string().contains("cuda_pipelined"), "{err}");
