@@ -1177,6 +1177,15 @@ CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase
                             ssu_stream_t stream, const ssu_plan_options_t* plan_options,
                             ssu_algorithm_t* algorithm) {
   UpdateProblem problem(c, mem);
+  return run_update_problem(context, problem, false, stream, plan_options, algorithm);
+}
+
+CheckResult run_update_problem(ssu_context_t context, UpdateProblem& problem, bool restore,
+                               ssu_stream_t stream, const ssu_plan_options_t* plan_options,
+                               ssu_algorithm_t* algorithm) {
+  const UpdateCase& c = problem.spec();
+  Memory& mem = problem.memory();
+  if (restore) problem.reset();
   const ssu_update_args_t args = problem.args();
   ssu_plan_t plan = nullptr;
   ssu_status_t st = ssu_plan_create_update(context, &args, plan_options, &plan);

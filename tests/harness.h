@@ -114,6 +114,10 @@ struct UpdateCase {
   int extra_slots = 3;     // unused pool slots beyond what the case needs
   uint64_t seed = 1;
   const char* tag = "";    // a short name of what the case exercises
+  // Left out of the GPU suite's default run (SSU_LONG_TESTS=1 runs it): a
+  // case whose size costs far more host time (inputs, float64 reference,
+  // checks) than the paths it reaches, which smaller cases reach too.
+  bool long_only = false;
 
   // state = SSU_DTYPE_I16 gives a block-scaled pool: state_scale (and, with
   // an intermediate buffer, intermediate_scales) come with it.
@@ -174,6 +178,7 @@ class UpdateProblem {
   UpdateProblem& operator=(const UpdateProblem&) = delete;
 
   const UpdateCase& spec() const { return case_; }
+  Memory& memory() const { return mem_; }
   // Arguments addressing this problem's buffers; `pool` points into this
   // object. A fresh copy per call, so tests can mutate it freely.
   ssu_update_args_t args() const;
@@ -232,6 +237,15 @@ CheckResult run_update_case(ssu_context_t context, Memory& mem, const UpdateCase
                             ssu_stream_t stream = nullptr,
                             const ssu_plan_options_t* plan_options = nullptr,
                             ssu_algorithm_t* algorithm = nullptr);
+
+// The same on a problem built earlier. With `restore`, every buffer is first
+// reset to its initial contents, so a case can run again (another algorithm,
+// another context) without building its inputs and float64 reference again,
+// which costs far more than the call itself.
+CheckResult run_update_problem(ssu_context_t context, UpdateProblem& problem, bool restore,
+                               ssu_stream_t stream = nullptr,
+                               const ssu_plan_options_t* plan_options = nullptr,
+                               ssu_algorithm_t* algorithm = nullptr);
 
 // The table of update cases (SPEC sections 1 and 2), deterministic: a fixed
 // seed per case. Covers every form and store mode with every dtype

@@ -15,6 +15,9 @@
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # NO_BUILD=1 runs a build of BUILD made elsewhere as it is (nothing rebuilt;
 # set CPU_SUITES=0 then, since meson test needs the build's own paths).
+# SSU_LONG_TESTS=1 runs the GPU programs' long versions (every large batch
+# and the whole update table; tests/README.md), by default they keep one
+# case per code path.
 # SAN_EVERY=k runs every k-th table case under compute-sanitizer (default 9),
 # SAN_TOOLS the compute-sanitizer tools (default: memcheck racecheck
 # initcheck), SAN_ONLY=1 the sanitizer runs without the plain test runs.

@@ -17,6 +17,15 @@ namespace ssutest {
 namespace gpu {
 
 inline ssu_cuda::Driver g_drv;
+
+// SSU_LONG_TESTS=1 (any value but empty or 0): the whole tables and every
+// serving-sized case. By default the GPU programs keep one representative of
+// every code path and leave out repeated large sizes, whose host-side inputs
+// and float64 reference cost most of their run time (tests/README.md).
+inline bool long_tests_enabled() {
+  const char* v = std::getenv("SSU_LONG_TESTS");
+  return v && *v && std::string(v) != "0";
+}
 // The CUDA context under test, created before any other CUDA work (the graph
 // tests rely on nothing being loaded lazily afterwards).
 inline ssu_context_t g_cuda = nullptr;

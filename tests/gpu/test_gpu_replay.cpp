@@ -44,11 +44,6 @@ namespace {
 
 ssu_context_t g_cpu = nullptr;
 
-bool long_tests() {
-  const char* v = std::getenv("SSU_LONG_TESTS");
-  return v && *v && std::string(v) != "0";
-}
-
 std::vector<ReplayCase> selected(const std::vector<ReplayCase>& table, bool apply_every) {
   const char* filter = std::getenv("SSU_TEST_FILTER");
   const char* only = std::getenv("SSU_TEST_CASE");
@@ -196,7 +191,7 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
   CudaMemory dmem;
   HostMemory hmem;
   std::vector<ReplayCase> table = replay_case_table();
-  if (long_tests()) {
+  if (long_tests_enabled()) {
     const std::vector<ReplayCase> more = replay_long_case_table();
     table.insert(table.end(), more.begin(), more.end());
   }

@@ -6,8 +6,13 @@
 // Without a usable GPU the program prints why and exits 77 (meson's skip).
 //
 // Environment:
+//   SSU_LONG_TESTS=1             everything: the whole table (by default its
+//                                largest random mixes, UpdateCase::long_only,
+//                                are left out) and every large-batch case (by
+//                                default one per dtype pair and layout)
 //   SSU_TEST_FILTER=<substring>  only table cases whose description contains it
 //   SSU_TEST_CASE=<n>            only case n of the table
+//                                (both pick from the whole table)
 //   SSU_TEST_EVERY=<k>           only every k-th table case (sanitizer runs)
 //   SSU_TEST_VERBOSE=1           print every case as it runs
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -32,25 +37,39 @@ using namespace ssutest::gpu;
 
 namespace {
 
-std::vector<UpdateCase> selected(const std::vector<UpdateCase>& table, bool apply_every) {
+// A case to run and its number in the table it came from (what failure
+// messages print and SSU_TEST_CASE takes).
+struct Selected {
+  size_t index;
+  UpdateCase c;
+};
+
+// The cases of `table` to run. Without SSU_TEST_CASE / SSU_TEST_FILTER and
+// SSU_LONG_TESTS, the long-only ones are left out; SSU_TEST_EVERY thins
+// whatever remains by table number.
+std::vector<Selected> selected(const std::vector<UpdateCase>& table, bool apply_every) {
   const char* filter = std::getenv("SSU_TEST_FILTER");
   const char* only = std::getenv("SSU_TEST_CASE");
   const char* every_s = std::getenv("SSU_TEST_EVERY");
   const long every = apply_every && every_s ? std::max(1L, std::strtol(every_s, nullptr, 10)) : 1;
-  std::vector<UpdateCase> out;
+  const bool all = long_tests_enabled() || filter || only;
+  std::vector<Selected> out;
   for (size_t i = 0; i < table.size(); ++i) {
     if (only && std::to_string(i) != only) continue;
     if (filter && describe(table[i]).find(filter) == std::string::npos) continue;
     if (long(i) % every) continue;
-    out.push_back(table[i]);
+    if (table[i].long_only && !all) continue;
+    out.push_back({i, table[i]});
   }
   return out;
 }
 
 // Runs every case with the plan's own choice; a case the pipelined kernels
 // take runs again pinned to cuda_simple and, with `few_blocks`, on two
-// persistent blocks (which also takes calls too small for the grid).
-int run_cases(const std::vector<UpdateCase>& cases, const char* what, bool few_blocks) {
+// persistent blocks (which also takes calls too small for the grid). The
+// reruns reuse the case's buffers and float64 reference, restored to their
+// initial contents: building those costs far more than the calls.
+int run_cases(const std::vector<Selected>& cases, size_t of, const char* what, bool few_blocks) {
   CudaMemory mem;
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,69 +79,81 @@ int run_cases(const std::vector<UpdateCase>& cases, const char* what, bool few_b
     elements += r.elements;
     if (!r.ok && ++failed <= 25) FAIL_CHECK(what << " case " << i << how << ": " << r.message);
   };
-  for (size_t i = 0; i < cases.size(); ++i) {
+  for (const Selected& s : cases) {
     if (verbose) {
-      std::printf("[%zu] %s\n", i, describe(cases[i]).c_str());
+      std::printf("[%zu] %s\n", s.index, describe(s.c).c_str());
       std::fflush(stdout);
     }
+    UpdateProblem problem(s.c, mem);
     ssu_algorithm_t algorithm = -1;
-    record(run_update_case(g_cuda, mem, cases[i], nullptr, nullptr, &algorithm), i, "");
+    record(run_update_problem(g_cuda, problem, false, nullptr, nullptr, &algorithm), s.index, "");
     if (algorithm == SSU_ALGORITHM_CUDA_PIPELINED) {
       ++pipelined;
       ssu_plan_options_t o = SSU_PLAN_OPTIONS_INIT;
       o.algorithm = SSU_ALGORITHM_CUDA_SIMPLE;
-      record(run_update_case(g_cuda, mem, cases[i], nullptr, &o), i, " (cuda_simple)");
+      record(run_update_problem(g_cuda, problem, true, nullptr, &o), s.index, " (cuda_simple)");
       if (few_blocks) {
         o.algorithm = SSU_ALGORITHM_CUDA_PIPELINED;
-        record(run_update_case(few_blocks_context(), mem, cases[i], nullptr, &o), i,
+        record(run_update_problem(few_blocks_context(), problem, true, nullptr, &o), s.index,
                " (cuda_pipelined on two blocks)");
       }
     }
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("gpu %s: %zu cases (%d pipelined, also run pinned to cuda_simple%s), "
+  std::printf("gpu %s: %zu cases (of %zu%s; %d pipelined, also run pinned to cuda_simple%s), "
               "%d failed, %lld elements checked, %.1f s\n",
-              what, cases.size(), pipelined, few_blocks ? " and on two pipelined blocks" : "",
-              failed, (long long)elements, secs);
+              what, cases.size(), of, long_tests_enabled() ? ", SSU_LONG_TESTS=1" : "", pipelined,
+              few_blocks ? " and on two pipelined blocks" : "", failed, (long long)elements, secs);
   return failed;
 }
 
 }  // namespace
 
 TEST_CASE("gpu: every update case of the table matches the float64 reference") {
-  const std::vector<UpdateCase> cases = selected(update_case_table(), true);
-  CHECK(run_cases(cases, "table", true) == 0);
+  const std::vector<UpdateCase> table = update_case_table();
+  CHECK(run_cases(selected(table, true), table.size(), "table", true) == 0);
 }
 
 TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
+  // Host time grows with the pool (inputs, float64 reference, checks: about
+  // 100 ns an element), and these pools hold 8 to 135 million elements. The
+  // default run keeps every (state, input) pair once across the three forms
+  // and every layout once; SSU_LONG_TESTS=1 runs every pair in every form and
+  // every layout with every N (the seeds do not depend on what runs).
   std::vector<UpdateCase> cases;
   const ssu_dtype_t fl[3] = {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16};
   uint64_t seed = 900;
-  for (ssu_dtype_t st : fl)
-    for (ssu_dtype_t in : fl) {
+  for (int si = 0; si < 3; ++si)
+    for (int ii = 0; ii < 3; ++ii) {
+      const ssu_dtype_t st = fl[si], in = fl[ii];
       UpdateCase c;
       c.dtypes(st, in, SSU_DTYPE_F32).shape(8, 2, 64, 128);
       c.batch = 512;
       c.pad = Pad::Negative;
       c.seed = seed++;
       c.tag = "large_batch";
+      c.long_only = (si + ii) % 3 != 0;
       cases.push_back(c);
       UpdateCase m = c;  // multi-token, intermediate buffer
       m.multi(4);
       m.store = Store::Intermediate;
       m.batch = 64;
       m.seed = seed++;
+      m.long_only = (si + ii) % 3 != 1;
       cases.push_back(m);
       UpdateCase f = c;  // multi-token, final state only (the pipelined kernels)
       f.multi(4);
       f.batch = 128;
       f.seed = seed++;
       f.tag = "large_batch_multi_final";
+      f.long_only = (si + ii) % 3 != 2;
       cases.push_back(f);
     }
   // The default serving shape at batch 512; odd strides force the general path.
-  for (uint32_t layout : {uint32_t(kDense), uint32_t(kPadded), uint32_t(kOddPadded)})
+  int li = 0;
+  for (uint32_t layout : {uint32_t(kDense), uint32_t(kPadded), uint32_t(kOddPadded)}) {
+    int ni = 0;
     for (int64_t N : {16, 64, 128, 256}) {
       UpdateCase c;
       c.dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(16, 2, 64, N);
@@ -130,19 +161,12 @@ TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
       c.layout = layout;
       c.seed = seed++;
       c.tag = "large_batch_layouts";
+      c.long_only = ni++ != li;  // dense N=16, padded N=64, odd N=128
       cases.push_back(c);
     }
-  // Mamba-1 at a serving batch.
-  {
-    UpdateCase c;
-    c.mamba1();
-    c.dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(1, 1, 1024, 16);
-    c.batch = 256;
-    c.seed = seed++;
-    c.tag = "mamba1_large_batch";
-    cases.push_back(c);
+    ++li;
   }
-  CHECK(run_cases(selected(cases, false), "large", false) == 0);
+  CHECK(run_cases(selected(cases, false), cases.size(), "large", false) == 0);
 }
 
 // A bf16 pool whose last slots start past element 2^31, run on the GPU and,
