@@ -134,6 +134,10 @@ typedef int32_t ssu_dtype_t;
 #define SSU_DTYPE_I16 4
 #define SSU_DTYPE_I32 5
 #define SSU_DTYPE_I64 6
+/* 8-bit block-scaled states (pool.state / intermediate_states only, with an
+ * f32 decode-scale pool like i16; see ssu_state_pool_t). */
+#define SSU_DTYPE_I8 7      /* int8 codes -127..127                       */
+#define SSU_DTYPE_F8E4M3 8  /* OCP FP8 E4M3 codes (bias 7, max 448, no Inf) */
 
 /** Bytes per element of a dtype, 0 for an unknown one. */
 SSU_API size_t ssu_dtype_size(ssu_dtype_t dtype);
@@ -160,18 +164,29 @@ typedef struct ssu_tensor {
  * A slot-addressed state pool and its companion pools. S is the slot count
  * (shape[0] of `state`); every pool below is indexed by the same slots.
  *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,
- *    f16, or i16 with state_scale (block-scaled, see below); N <= 256
+ *    f16, or i16, i8 or f8e4m3 with state_scale (block-scaled, see below;
+ *    the 8-bit formats: plain update on the CPU backend only); N <= 256
  *    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The
  *    inner three axes must be dense (strides P*N, N, 1); the slot stride is
  *    free (>= H*P*N), so a pool can live inside a larger buffer.
- *  - state_scale: (S, H, P) f32, required with an i16 state and refused
- *    otherwise; inner two axes dense, slot stride free. One decode scale per
- *    row: the row's real values are q[n] * scale. A store of an fp32 row v
- *    writes amax = max|v|, enc = (amax == 0 ? 1 : 32767 / amax),
- *    scale = 1 / enc, q[n] = round-half-even(clamp(v[n] * enc, +-32767)).
- *    A row holding NaN or +-Inf cannot be represented: it is stored as
- *    codes 0 with a NaN (NaN row) or Inf (Inf row) scale, so it loads back
- *    as all NaN. No error is raised.
+ *  - state_scale: (S, H, P) f32, required with an i16, i8 or f8e4m3 state
+ *    and refused otherwise; inner two axes dense, slot stride free. One
+ *    decode scale per row: the row's real values are value(q[n]) * scale
+ *    (value(q) = q for the integer formats, the E4M3 number of code q for
+ *    f8e4m3). A store of an fp32 row v writes amax = max|v|,
+ *    enc = (amax == 0 ? 1 : QMAX / amax) and scale = 1 / enc (fp32
+ *    operations, in this order), with QMAX = 32767 (i16), 127 (i8) or 448
+ *    (f8e4m3), and q[n] = round(clamp(v[n] * enc, +-QMAX)):
+ *      i16, i8: round half to even to an integer (codes never reach -QMAX-1);
+ *      f8e4m3:  round to the nearest E4M3 number, ties to even (OCP FP8
+ *               E4M3: sign, 4 exponent bits with bias 7, 3 mantissa bits;
+ *               subnormals k * 2^-9, largest 448, codes 0x7F / 0xFF NaN, no
+ *               infinities; a zero keeps its sign), or stochastically (see
+ *               ssu_update_args_t.rounding_seed).
+ *    A row holding NaN or +-Inf cannot be represented: it is stored with a
+ *    NaN (NaN row) or Inf (Inf row) scale and codes 0 (i16, i8) or 0x7F
+ *    (f8e4m3), so it loads back as all NaN. No error is raised. (A row so
+ *    small that QMAX / amax overflows stores scale 0 and loads as zeros.)
  * Mamba-3 pools (used only by the Mamba-3 operations; leave them NULL for
  * ssu_plan_create_update, which refuses them):
  *  - prev_B: (S, R, H, N), the previous token's B, in the input dtype; last
@@ -371,11 +386,14 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *
  * State dtypes and rounding of state stores:
  *  - f32: stored as is.
- *  - i16 (pool.state_scale given): every store of a row (final, dst and
- *    intermediate) quantizes it as described at ssu_state_pool_t and writes
- *    its scale to the matching scale row: pool.state_scale for the pool,
- *    intermediate_scales (I, T, H, P) f32 for intermediate_states. Outputs
- *    use the unquantized fp32 values. Padded sequences write no scale.
+ *  - i16, i8, f8e4m3 (pool.state_scale given): every store of a row
+ *    (final, dst and intermediate) quantizes it as described at
+ *    ssu_state_pool_t and writes its scale to the matching scale row:
+ *    pool.state_scale for the pool, intermediate_scales (I, T, H, P) f32
+ *    for intermediate_states. Outputs use the unquantized fp32 values.
+ *    Padded sequences write no scale. i8 and f8e4m3 states run on the CPU
+ *    backend; the CUDA backend refuses them at plan creation
+ *    (SSU_ERROR_NOT_SUPPORTED), as do the replay and Mamba-3 operations.
  *  - f16 / bf16: round to nearest even, or, when rounding_seed is given,
  *    stochastically: each stored element adds random bits below its last
  *    kept bit and truncates. The random word of the element at offset
@@ -385,14 +403,27 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    (L - L mod 4, 0), run for rounding_rounds rounds (0 means 10); f16
  *    adds its low 13 bits, bf16 its low 16 bits, to the fp32 magnitude.
  *    Results below 2^-14 in f16 flush to a signed zero, overflow gives Inf,
- *    NaN stays NaN. The CPU and CUDA backends store identical bits: both
- *    form the fp32 state with the same operation sequence (state * dA +
- *    B[n] * (dt * x), each product and the sum rounded, no contraction;
+ *    NaN stays NaN.
+ *    The CPU and CUDA backends store identical bits: both form the fp32
+ *    state with the same operation sequence (state * dA + B[n] * (dt * x),
+ *    each product and the sum rounded, no contraction;
  *    the library's own exp and log1p). Outputs are never stochastically
  *    rounded.
  *    rounding_seed is read by the kernel when it runs (a device pointer for
  *    CUDA, a host pointer for the CPU), so a CUDA graph replays with the
  *    seed's current value; advance it with ssu_advance_seed.
+ *  - f8e4m3 with rounding_seed: the element's word (the same L and Philox
+ *    word as above) rounds x = clamp(v * enc, +-448) (fp32) stochastically.
+ *    With a = |x| and e its unbiased fp32 exponent, d = 20 when a >= 2^-6
+ *    (the E4M3 normal range) and d = 14 - e below (a subnormal float counts
+ *    as e = -126): the E4M3 step is 2^d units of a's significand. For
+ *    a >= 2^-9 (d <= 23) the low d bits of the word are added to a's fp32
+ *    bit pattern as an integer and the low d bits cleared; below, the
+ *    24-bit significand M (a = M * 2^(e-23)) gives k = (M + (word mod
+ *    2^d)) >> d in {0, 1} (d <= 32), or, where d > 32, k = ((M >> (d-32))
+ *    + word) >> 32; the result is k * 2^-9. The sign is re-applied and the
+ *    exact E4M3 code stored. The mean over seeds is x exactly for
+ *    a >= 2^-18 (and within 2^-41 below); the result never exceeds 448.
  *
  * Writes: out for every token of every sequence; the state pool only as
  * stated above; nothing else. With SSU_UPDATE_DISABLE_STATE_UPDATE the pool
@@ -425,11 +456,12 @@ typedef struct ssu_update_args {
                               cleared; ignored by the CPU backend */
   /* 0.2 */
   ssu_tensor_t intermediate_scales; /* (I, T, H, P) f32: required with an
-                              i16 state and intermediate_states, else
-                              refused; inner two axes dense */
+                              i16, i8 or f8e4m3 state and
+                              intermediate_states, else refused; inner two
+                              axes dense */
   const uint64_t* rounding_seed; /* optional: stochastic rounding of f16 /
-                              bf16 state stores with this seed (refused for
-                              f32 and i16 states) */
+                              bf16 / f8e4m3 state stores with this seed
+                              (refused for f32, i16 and i8 states) */
   uint32_t rounding_rounds; /* Philox rounds, 1..32; 0 means 10 */
   uint32_t reserved1;       /* must be 0 */
 } ssu_update_args_t;
@@ -531,8 +563,8 @@ SSU_API ssu_status_t ssu_advance_seed(ssu_context_t context, uint64_t* seed,
  * (see ssu_state_pool_t): state (S, H, P, N) f32/bf16/f16, prev_B
  * (S, R, H, N) and prev_x (S, H, P) in the input dtype. R is the MIMO rank,
  * one of 1, 2, 4, 8; N one of 16, 32, 64, 128, 256; P any multiple of 16
- * (other values give SSU_ERROR_NOT_SUPPORTED, as do an i16 state and a
- * state_scale pool). The state's layout rules are those of the update
+ * (other values give SSU_ERROR_NOT_SUPPORTED, as do i16, i8 and f8e4m3
+ * states and a state_scale pool). The state's layout rules are those of the update
  * (inner three axes dense, slot stride >= H*P*N). The step ignores
  * pool->angle_state, so one pool struct can serve both Mamba-3 operations.
  *

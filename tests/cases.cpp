@@ -411,6 +411,74 @@ std::vector<UpdateCase> update_case_table() {
   return cases;
 }
 
+std::vector<UpdateCase> state8_case_table() {
+  std::vector<UpdateCase> cases;
+  const std::vector<Mode> ms = modes();
+  constexpr ssu_dtype_t I8 = SSU_DTYPE_I8, E4M3 = SSU_DTYPE_F8E4M3;
+  const uint32_t rounds[] = {0, 10, 1, 32, 7};
+  const int64_t hg[][2] = {{2, 1}, {4, 2}, {3, 3}};
+  const int64_t Ps[] = {16, 64, 5};
+  const int64_t Ns[] = {16, 32, 8, 64};
+  const int64_t Ts[] = {2, 3, 4};
+  uint64_t seed = 9000;
+  int k = 0;
+  // Every mode x {int8, e4m3 nearest, e4m3 stochastic} x {model-like values
+  // (checked within tolerance), exact values (codes and scales bit for bit)}.
+  for (const Mode& mode : ms)
+    for (int kind = 0; kind < 3; ++kind)
+      for (bool exact : {false, true}) {
+        UpdateCase c;
+        c.tag = mode.tag;
+        c.dtypes(kind == 0 ? I8 : E4M3, kFloat[k % 3], kFloat[(k / 3) % 3]);
+        c.shape(hg[k % 3][0], hg[k % 3][1], Ps[(k / 2) % 3], Ns[k % 4]);
+        c.batch = 3;
+        c.T = Ts[k % 3];
+        c.index = (k % 2) ? I64 : I32;
+        c.layout = kLayouts[(k / 2) % 6];
+        c.large_dt = k % 7 == 3;
+        c.seed = seed++;
+        if (kind == 2) c.sr(mix(seed * 977), rounds[k % 5]);
+        mode.set(c);
+        if (exact) c.exact();
+        if (c.form == Form::Single) c.T = 1;
+        cases.push_back(c);
+        ++k;
+      }
+  // Sizes that are multiples of nothing, larger rows, seeds with high bits,
+  // a Mamba-2 shaped problem.
+  for (int64_t N : {1, 7, 17, 100, 255})
+    for (int kind = 0; kind < 3; ++kind) {
+      UpdateCase c;
+      const Mode& mode = mode_named(ms, N % 2 ? "multi_spec_decode" : "varlen_intermediate_index");
+      c.tag = mode.tag;
+      c.dtypes(kind == 0 ? I8 : E4M3, kFloat[k % 3], kFloat[(k / 3) % 3]);
+      c.shape(3, 1, N > 64 ? 3 : 17, N);
+      c.batch = 3;
+      c.T = 3;
+      c.index = (k % 2) ? I64 : I32;
+      c.layout = kLayouts[k % 6];
+      c.seed = seed++;
+      if (kind == 2) c.sr(0xffffffff00000000ull ^ uint64_t(N), uint32_t(N % 32) + 1);
+      mode.set(c);
+      if (N % 3 == 1) c.exact();
+      cases.push_back(c);
+      ++k;
+    }
+  for (int kind = 0; kind < 3; ++kind) {
+    UpdateCase c;
+    const Mode& mode = mode_named(ms, "single_src_dst");
+    c.tag = mode.tag;
+    c.dtypes(kind == 0 ? I8 : E4M3, BF16, F32);
+    c.shape(8, 2, 64, 128);
+    c.batch = 4;
+    c.seed = seed++;
+    if (kind == 2) c.sr(~uint64_t(0));
+    mode.set(c);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 std::vector<UpdateCase> state_bits_case_table() {
   std::vector<UpdateCase> cases;
   const std::vector<Mode> ms = modes();

@@ -43,6 +43,7 @@ size_t elem_size(ssu_dtype_t d) {
     case SSU_DTYPE_F32: case SSU_DTYPE_I32: return 4;
     case SSU_DTYPE_F16: case SSU_DTYPE_BF16: case SSU_DTYPE_I16: return 2;
     case SSU_DTYPE_I64: return 8;
+    case SSU_DTYPE_I8: case SSU_DTYPE_F8E4M3: return 1;
     default: return 0;
   }
 }
@@ -53,6 +54,8 @@ const char* dname(ssu_dtype_t d) {
     case SSU_DTYPE_F16: return "f16";
     case SSU_DTYPE_BF16: return "bf16";
     case SSU_DTYPE_I16: return "i16";
+    case SSU_DTYPE_I8: return "i8";
+    case SSU_DTYPE_F8E4M3: return "f8e4m3";
     case SSU_DTYPE_I32: return "i32";
     case SSU_DTYPE_I64: return "i64";
     default: return "none";
@@ -532,18 +535,21 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
   // State pool (S, H, P, N), slot stride possibly padded.
   // (make() pads after a run of an axis, i.e. the stride of the next outer
   // axis: the pad of axis 1 is what makes the slot stride non-dense.)
+  // Block-scaled formats (i16, i8, f8e4m3) come with their scale pools.
+  const bool scaled = is_scaled_dtype(c.state);
   const bool i16 = c.state == SSU_DTYPE_I16;
-  if (c.stochastic && c.state != SSU_DTYPE_F16 && c.state != SSU_DTYPE_BF16)
-    throw std::logic_error("UpdateProblem: stochastic rounding needs an f16/bf16 state: " +
+  if (c.stochastic && c.state != SSU_DTYPE_F16 && c.state != SSU_DTYPE_BF16 &&
+      c.state != SSU_DTYPE_F8E4M3)
+    throw std::logic_error("UpdateProblem: stochastic rounding needs an f16/bf16/f8e4m3 state: " +
                            describe(c));
   m.state = m.make("state", c.state, {S_, H, P, N}, {}, 1, {0, padv(64, 7), 0, 0}, {}, true);
-  if (i16)
+  if (scaled)
     m.scale = m.make("state_scale", SSU_DTYPE_F32, {S_, H, P}, {}, 1, {0, padv(16, 5), 0}, {},
                      true);
   if (inter) {
     m.inter = m.make("intermediate_states", c.state, {I, T, H, P, N}, {}, 1,
                      {padv(32, 5), padv(64, 3), 0, 0, 0}, {}, true);
-    if (i16)
+    if (scaled)
       m.inter_scale = m.make("intermediate_scales", SSU_DTYPE_F32, {I, T, H, P}, {}, 1,
                              {0, padv(8, 3), padv(16, 1), 0}, {}, true);
   }
@@ -646,7 +652,44 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
     m.fill(m.A, [&](const int64_t*) { return -std::exp(rng.uniform(0.0, std::log(16.0))); });
   if (c.has_D) m.fill(m.D, [&](const int64_t*) { return rng.normal(); });
   }
-  if (i16) {
+  if (scaled && !i16) {
+    // 8-bit codes and a decode scale per row, as for int16 below: quantized
+    // normal rows, all-zero rows, or, for exact values, arbitrary finite
+    // codes with one on a rail and a power-of-two scale (2^-12 for i8; 2^-4
+    // for f8e4m3, whose subnormal step 2^-9 then keeps every value on the
+    // 2^-13 grid of the exact-value cases).
+    const bool fp8 = c.state == SSU_DTYPE_F8E4M3;
+    std::vector<double> codes(size_t(S_ * HPN)), scales(size_t(S_ * H * P));
+    std::vector<float> row(static_cast<size_t>(N));
+    for (int64_t r = 0; r < S_ * H * P; ++r) {
+      const bool zero = rng.chance(c.exact_values ? 0.15 : 0.05);
+      if (zero) {
+        for (int64_t n = 0; n < N; ++n) codes[size_t(r * N + n)] = 0.0;
+        scales[size_t(r)] = 1.0;
+      } else if (c.exact_values) {
+        for (int64_t n = 0; n < N; ++n) {
+          double code;
+          if (fp8) do code = double(rng.below(256)); while ((int64_t(code) & 0x7f) == 0x7f);
+          else code = double(int8_t(rng.below(255) - 127));
+          codes[size_t(r * N + n)] = code;
+        }
+        const bool neg = rng.chance(0.5);
+        codes[size_t(r * N + rng.below(N))] = fp8 ? (neg ? 0xfe : 0x7e) : (neg ? -127.0 : 127.0);
+        scales[size_t(r)] = std::ldexp(1.0, fp8 ? -4 : -12);
+      } else {
+        for (auto& v : row) v = float(rng.normal());
+        const QuantizedRow8 q = ref_quantize_row8(row.data(), N, c.state);
+        for (int64_t n = 0; n < N; ++n)
+          codes[size_t(r * N + n)] = fp8 ? double(q.q[size_t(n)]) : double(int8_t(q.q[size_t(n)]));
+        scales[size_t(r)] = q.scale;
+      }
+    }
+    m.fill(m.state, [&](const int64_t* idx) {
+      return codes[size_t(((idx[0] * H + idx[1]) * P + idx[2]) * N + idx[3])];
+    });
+    m.fill(m.scale,
+           [&](const int64_t* idx) { return scales[size_t((idx[0] * H + idx[1]) * P + idx[2])]; });
+  } else if (i16) {
     // Codes and a decode scale per row: quantized normal rows (now and then
     // an all-zero row, scale 1), or, for exact values, arbitrary codes with
     // one on a rail and the scale 2^-12, so that every load is exact.
@@ -745,6 +788,7 @@ UpdateProblem::UpdateProblem(const UpdateCase& c, Memory& mem)
   for_each_index(4, m.state.shape, [&](const int64_t* idx) {
     double v = m.get(m.state, idx);
     if (i16) v = ref_dequantize(int16_t(v), float(m.get(m.scale, idx)));
+    else if (scaled) v = ref_dequantize8(uint8_t(int64_t(v)), c.state, float(m.get(m.scale, idx)));
     r.state[size_t(((idx[0] * H + idx[1]) * P + idx[2]) * N + idx[3])] = v;
   });
   r.src = src;
@@ -1042,8 +1086,65 @@ CheckResult UpdateProblem::check() const {
   // State pool and intermediate buffer, row by row. A row (all but the last
   // axis) is stored whole or not at all.
   const Tol stol = state_tol(c.state);
+  const bool scaled = is_scaled_dtype(c.state);
   const bool i16 = c.state == SSU_DTYPE_I16;
   const int64_t slot_stride = m.state.strides[0];
+  // An 8-bit row (i8, f8e4m3): the stored scale and codes against the
+  // reference's store of the row. Exact values: every bit (stochastic
+  // rounding with the words of the row's source elements; a zero may carry
+  // either sign). Otherwise within tolerance: the scale within 1e-3 of
+  // max|row| / QMAX; an int8 element within two decode scales of the
+  // float64 value, an E4M3 element within 2^-3 of it (relative: one E4M3
+  // step, what stochastic rounding may move it) plus two subnormal steps
+  // (2 * 2^-9 decode scales).
+  const bool fp8 = c.state == SSU_DTYPE_F8E4M3;
+  const double qmax = ref_qmax(c.state);
+  auto check_row8 = [&](const std::vector<float>& fr, int64_t src_slot, int64_t hh, int64_t pp,
+                        const std::vector<double>& refv, size_t base, auto raw, auto where,
+                        auto read_scale) {
+    std::vector<uint32_t> words;
+    if (c.stochastic && c.exact_values)
+      for (int64_t n = 0; n < N; ++n)
+        words.push_back(ref_sr_word(
+            m.seed_value, uint64_t(src_slot * slot_stride + (hh * P + pp) * N + n),
+            c.rounding_rounds));
+    const QuantizedRow8 q = ref_quantize_row8(fr.data(), N, c.state,
+                                              words.empty() ? nullptr : words.data());
+    const float gs = read_scale();
+    if (c.exact_values) {
+      if (std::memcmp(&gs, &q.scale, 4) != 0)
+        rep.fail(where(-1) + " stored " + fmt_double(gs) + ", expected " + fmt_double(q.scale));
+    } else if (!(std::fabs(gs - q.scale) <= 1e-3 * q.scale + 1e-4 / qmax)) {
+      rep.fail(where(-1) + " stored " + fmt_double(gs) + ", expected about " +
+               fmt_double(q.scale) + " (max|row| / " + fmt_double(qmax) + ")");
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t code = *raw(n);
+      const uint8_t want = q.q[size_t(n)];
+      if (c.exact_values) {
+        const bool zeros = fp8 && (code & 0x7f) == 0 && (want & 0x7f) == 0;
+        if (code != want && !zeros) {
+          char b[160];
+          std::snprintf(b, sizeof b, " code 0x%02x, expected 0x%02x for the exact value %.9g", code,
+                        want, double(fr[size_t(n)]));
+          rep.fail(where(n) + b);
+        }
+        continue;
+      }
+      const double ref = refv[base + size_t(n)];
+      const double g = double(ref_dequantize8(code, c.state, gs));
+      const double lim = fp8 ? 0.125 * std::fabs(ref) + 1e-4 * std::fabs(ref) +
+                                   2.0 * std::ldexp(double(q.scale), -9)
+                             : 2.0 * double(q.scale) + 1e-4 * std::fabs(ref);
+      const bool bad_code = fp8 ? (code & 0x7f) == 0x7f : code == 0x80;
+      if (bad_code || !(std::fabs(g - ref) <= lim)) {
+        char b[200];
+        std::snprintf(b, sizeof b, " code 0x%02x * scale %.9g = %.9g, ref %.9g > tol %.9g", code,
+                      double(gs), g, ref, lim);
+        rep.fail(where(n) + b);
+      }
+    }
+  };
   auto check_rows = [&](const char* name, const TensorRef& st, const TensorRef& sc,
                         const std::vector<double>& refv, const std::vector<Expect>& expv,
                         const std::vector<int64_t>& row_src) {
@@ -1062,7 +1163,7 @@ CheckResult UpdateProblem::check() const {
       const size_t base = size_t(r * N);
       const Expect how = expv[base];
       ++r;
-      if (how != Expect::Close || (!i16 && !c.exact_values)) {
+      if (how != Expect::Close || (!scaled && !c.exact_values)) {
         for (int64_t n = 0; n < N; ++n) {
           idx[rd] = n;
           compare(st, idx, refv[base + size_t(n)], expv[base + size_t(n)], stol,
@@ -1081,7 +1182,7 @@ CheckResult UpdateProblem::check() const {
         ++rep.checked;
         return &got[bi][size_t(e) * m.buffers[bi].esize()];
       };
-      if (!i16) {
+      if (!scaled) {
         // Exact values: the stored bits are what SPEC.md section 5 says for
         // the (exact) fp32 value.
         for (int64_t n = 0; n < N; ++n) {
@@ -1110,6 +1211,20 @@ CheckResult UpdateProblem::check() const {
             rep.fail(where(n) + b);
           }
         }
+        return;
+      }
+      if (!i16) {
+        check_row8(fr, row_src[size_t(r - 1)], hh, pp, refv, base, raw, where, [&]() -> float {
+          int64_t sidx[SSU_MAX_DIMS] = {0};
+          for (int k = 0; k < rd; ++k) sidx[k] = ridx[k];
+          const size_t sbi = size_t(sc.buffer);
+          const int64_t se = m.buffers[sbi].lead + sc.offset(sidx);
+          covered[sbi][size_t(se)] = 1;
+          ++rep.checked;
+          float gs;
+          std::memcpy(&gs, &got[sbi][size_t(se) * 4], 4);
+          return gs;
+        });
         return;
       }
       // int16: codes and the decode scale.

@@ -80,6 +80,8 @@ double load_element(const void* base, ssu_dtype_t dtype, int64_t index) {
     case SSU_DTYPE_F16: return f16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
     case SSU_DTYPE_BF16: return bf16_bits_to_float(static_cast<const uint16_t*>(base)[index]);
     case SSU_DTYPE_I16: return static_cast<const int16_t*>(base)[index];
+    case SSU_DTYPE_I8: return static_cast<const int8_t*>(base)[index];
+    case SSU_DTYPE_F8E4M3: return static_cast<const uint8_t*>(base)[index];  // the code
     case SSU_DTYPE_I32: return static_cast<const int32_t*>(base)[index];
     case SSU_DTYPE_I64: return double(static_cast<const int64_t*>(base)[index]);
     default: throw std::logic_error("load_element: bad dtype " + std::to_string(dtype));
@@ -96,6 +98,8 @@ void store_element(void* base, ssu_dtype_t dtype, int64_t index, double value) {
       static_cast<uint16_t*>(base)[index] = float_to_bf16_bits(float(value));
       return;
     case SSU_DTYPE_I16: static_cast<int16_t*>(base)[index] = int16_t(value); return;
+    case SSU_DTYPE_I8: static_cast<int8_t*>(base)[index] = int8_t(value); return;
+    case SSU_DTYPE_F8E4M3: static_cast<uint8_t*>(base)[index] = uint8_t(value); return;
     case SSU_DTYPE_I32: static_cast<int32_t*>(base)[index] = int32_t(value); return;
     case SSU_DTYPE_I64: static_cast<int64_t*>(base)[index] = int64_t(value); return;
     default: throw std::logic_error("store_element: bad dtype " + std::to_string(dtype));
@@ -199,6 +203,127 @@ QuantizedRow ref_quantize_row(const float* v, int64_t n) {
 }
 
 float ref_dequantize(int16_t q, float scale) { return float(q) * scale; }
+
+// ---------------------------------------------------------------------------
+// 8-bit formats
+// ---------------------------------------------------------------------------
+bool is_scaled_dtype(ssu_dtype_t d) {
+  return d == SSU_DTYPE_I16 || d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3;
+}
+
+double ref_qmax(ssu_dtype_t d) {
+  return d == SSU_DTYPE_I16 ? 32767.0 : d == SSU_DTYPE_I8 ? 127.0 : 448.0;
+}
+
+float ref_e4m3_value(uint8_t code) {
+  const int sign = code >> 7, e = (code >> 3) & 15, m = code & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<float>::quiet_NaN();
+  const double mag = e == 0 ? std::ldexp(double(m), -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return float(sign ? -mag : mag);
+}
+
+namespace {
+
+// The 127 finite non-negative E4M3 values, increasing with the code.
+const std::vector<double>& e4m3_magnitudes() {
+  static const std::vector<double> v = [] {
+    std::vector<double> r;
+    for (int c = 0; c < 0x7f; ++c) r.push_back(ref_e4m3_value(uint8_t(c)));
+    return r;
+  }();
+  return v;
+}
+
+uint8_t e4m3_code_of_magnitude(double a) {
+  const std::vector<double>& v = e4m3_magnitudes();
+  const auto it = std::lower_bound(v.begin(), v.end(), a);
+  if (it == v.end() || *it != a)
+    throw std::logic_error("e4m3: " + std::to_string(a) + " is not an E4M3 magnitude");
+  return uint8_t(it - v.begin());
+}
+
+}  // namespace
+
+uint8_t ref_e4m3_rn(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(double(x));
+  if (!(a <= 448.0)) throw std::logic_error("ref_e4m3_rn: |x| > 448 or NaN");
+  const std::vector<double>& v = e4m3_magnitudes();
+  const size_t hi = size_t(std::lower_bound(v.begin(), v.end(), a) - v.begin());
+  if (v[hi] == a) return uint8_t(sign | hi);
+  const size_t lo = hi - 1;  // v[lo] < a < v[hi]
+  const double dlo = a - v[lo], dhi = v[hi] - a;
+  const size_t pick = dlo < dhi ? lo : dhi < dlo ? hi : (lo % 2 == 0 ? lo : hi);
+  return uint8_t(sign | pick);
+}
+
+uint8_t ref_e4m3_sr(float x, uint32_t rnd) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(double(x));
+  if (!(a <= 448.0)) throw std::logic_error("ref_e4m3_sr: |x| > 448 or NaN");
+  if (a == 0.0) return sign;
+  // a = M * 2^(e - 23) with the 24-bit significand M (fp32 subnormals:
+  // e = -126, M below 2^23).
+  int e2;
+  std::frexp(a, &e2);  // a = f * 2^e2, f in [0.5, 1)
+  const int e = std::max(e2 - 1, -126);
+  const double M = std::ldexp(a, 23 - e);  // an integer
+  // The E4M3 step at a: 2^(e-3) in the normal range, 2^-9 below 2^-6; in
+  // units of M that is 2^d.
+  const int d = a >= std::ldexp(1.0, -6) ? 20 : 14 - e;
+  double k;
+  if (d <= 32) {
+    const double r = double(uint64_t(rnd) & ((uint64_t(1) << d) - 1));
+    k = std::floor((M + r) / std::ldexp(1.0, d));
+  } else {
+    const double top = std::floor(M / std::ldexp(1.0, d - 32));
+    k = std::floor((top + double(rnd)) / std::ldexp(1.0, 32));
+  }
+  return uint8_t(sign | e4m3_code_of_magnitude(std::ldexp(k, e - 23 + d)));
+}
+
+QuantizedRow8 ref_quantize_row8(const float* v, int64_t n, ssu_dtype_t dtype,
+                                const uint32_t* words) {
+  const bool fp8 = dtype == SSU_DTYPE_F8E4M3;
+  QuantizedRow8 r;
+  r.q.assign(size_t(n), 0);
+  bool has_nan = false, has_inf = false;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(v[i])) has_nan = true;
+    else if (std::isinf(v[i])) has_inf = true;
+    else amax = std::max(amax, std::fabs(v[i]));
+  }
+  if (has_nan || has_inf) {
+    r.scale = has_nan ? std::numeric_limits<float>::quiet_NaN()
+                      : std::numeric_limits<float>::infinity();
+    if (fp8) r.q.assign(size_t(n), 0x7f);
+    return r;
+  }
+  const float qmax = float(ref_qmax(dtype));
+  const float enc = amax == 0.0f ? 1.0f : qmax / amax;
+  r.scale = 1.0f / enc;
+  for (int64_t i = 0; i < n; ++i) {
+    float s = v[i] * enc;
+    if (std::isnan(s)) s = 0.0f;  // 0 * Inf: a factor that overflowed
+    s = std::min(qmax, std::max(-qmax, s));
+    if (fp8) {
+      r.q[size_t(i)] = words ? ref_e4m3_sr(s, words[i]) : ref_e4m3_rn(s);
+    } else {
+      const double f = std::floor(double(s));
+      const double frac = double(s) - f;
+      double k = f;
+      if (frac > 0.5 || (frac == 0.5 && std::fmod(f, 2.0) != 0.0)) k = f + 1.0;
+      r.q[size_t(i)] = uint8_t(int8_t(k));
+    }
+  }
+  return r;
+}
+
+float ref_dequantize8(uint8_t code, ssu_dtype_t dtype, float scale) {
+  const float value = dtype == SSU_DTYPE_F8E4M3 ? ref_e4m3_value(code) : float(int8_t(code));
+  return value * scale;
+}
 
 // ---------------------------------------------------------------------------
 // The update

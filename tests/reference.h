@@ -71,6 +71,32 @@ QuantizedRow ref_quantize_row(const float* v, int64_t n);
 // The value an int16 element loads as: float(q) * scale, rounded to fp32.
 float ref_dequantize(int16_t q, float scale);
 
+// The 8-bit block-scaled formats (ssu.h: i8 and f8e4m3), written from the
+// text of the header alone. OCP FP8 E4M3: sign, exponent bias 7, 3 mantissa
+// bits, subnormals k * 2^-9, largest 448, 0x7F / 0xFF NaN, no infinities.
+float ref_e4m3_value(uint8_t code);  // exact; NaN for 0x7F / 0xFF
+// The nearest E4M3 number to |x| <= 448, ties to the even code (the sign is
+// kept, -0 included).
+uint8_t ref_e4m3_rn(float x);
+// Stochastic rounding of |x| <= 448 with random word `rnd` (ssu.h,
+// ssu_update_args_t: d random bits below the step of |x|).
+uint8_t ref_e4m3_sr(float x, uint32_t rnd);
+// The store of an fp32 row in i8 or f8e4m3: amax, enc = amax == 0 ? 1 :
+// QMAX / amax, scale = 1 / enc, codes of clamp(v * enc, +-QMAX) rounded to
+// nearest (or stochastically with words[n], f8e4m3 only). A NaN / Inf row
+// stores its NaN / Inf scale and codes 0 (i8) or 0x7F (f8e4m3).
+struct QuantizedRow8 {
+  std::vector<uint8_t> q;  // raw codes (int8 as two's complement)
+  float scale = 0.0f;
+};
+QuantizedRow8 ref_quantize_row8(const float* v, int64_t n, ssu_dtype_t dtype,
+                                const uint32_t* words = nullptr);
+// The value an 8-bit element loads as: value(code) * scale, rounded to fp32.
+float ref_dequantize8(uint8_t code, ssu_dtype_t dtype, float scale);
+// The largest code value of a block-scaled format: 32767, 127 or 448.
+double ref_qmax(ssu_dtype_t dtype);
+bool is_scaled_dtype(ssu_dtype_t dtype);
+
 // ---------------------------------------------------------------------------
 // The problem in logical, dense float64 form.
 // ---------------------------------------------------------------------------

@@ -114,21 +114,29 @@ TEST_CASE("api: dtype helpers") {
   CHECK(ssu_dtype_size(SSU_DTYPE_I16) == 2);
   CHECK(ssu_dtype_size(SSU_DTYPE_I32) == 4);
   CHECK(ssu_dtype_size(SSU_DTYPE_I64) == 8);
+  CHECK(ssu_dtype_size(SSU_DTYPE_I8) == 1);
+  CHECK(ssu_dtype_size(SSU_DTYPE_F8E4M3) == 1);
   CHECK(ssu_dtype_size(SSU_DTYPE_INVALID) == 0);
-  CHECK(ssu_dtype_size(7) == 0);
+  CHECK(ssu_dtype_size(9) == 0);
   CHECK(ssu_dtype_size(-1) == 0);
   CHECK(std::string(ssu_dtype_name(SSU_DTYPE_F32)) == "f32");
   CHECK(std::string(ssu_dtype_name(SSU_DTYPE_F16)) == "f16");
   CHECK(std::string(ssu_dtype_name(SSU_DTYPE_BF16)) == "bf16");
+  CHECK(std::string(ssu_dtype_name(SSU_DTYPE_I8)) == "i8");
+  CHECK(std::string(ssu_dtype_name(SSU_DTYPE_F8E4M3)) == "f8e4m3");
+  // Existing values are never renumbered; the 8-bit formats were appended.
+  CHECK(SSU_DTYPE_I64 == 6);
+  CHECK(SSU_DTYPE_I8 == 7);
+  CHECK(SSU_DTYPE_F8E4M3 == 8);
   std::set<std::string> names;
   for (ssu_dtype_t d : {SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I16,
-                        SSU_DTYPE_I32, SSU_DTYPE_I64}) {
+                        SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I8, SSU_DTYPE_F8E4M3}) {
     REQUIRE(ssu_dtype_name(d) != nullptr);
     CHECK(std::string(ssu_dtype_name(d)) != "invalid");
     CHECK(names.insert(ssu_dtype_name(d)).second);
   }
   CHECK(std::string(ssu_dtype_name(SSU_DTYPE_INVALID)) == "invalid");
-  CHECK(std::string(ssu_dtype_name(7)) == "invalid");
+  CHECK(std::string(ssu_dtype_name(9)) == "invalid");
   CHECK(std::string(ssu_dtype_name(-3)) == "invalid");
   CHECK(std::string(ssu_backend_name(SSU_BACKEND_CPU)) == "cpu");
   CHECK(std::string(ssu_backend_name(SSU_BACKEND_CUDA)) == "cuda");

@@ -101,6 +101,43 @@ TEST_CASE("cpu: the state-bits table (every mode x every way of storing a state)
   CHECK(failed == 0);
 }
 
+TEST_CASE("cpu: 8-bit block-scaled states (i8, f8e4m3), every mode") {
+  Context two(2), one(1);
+  HostMemory mem;
+  const std::vector<UpdateCase> table = state8_case_table();
+  const char* filter = std::getenv("SSU_TEST_FILTER");
+  int64_t run = 0, failed = 0, elements = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (filter && describe(table[i]).find(filter) == std::string::npos) continue;
+    const CheckResult r = run_update_case(i % 4 == 3 ? one.ctx : two.ctx, mem, table[i]);
+    ++run;
+    elements += r.elements;
+    if (!r.ok && ++failed <= 10) FAIL_CHECK("8-bit case " << i << " " << r.message);
+  }
+  std::printf("cpu 8-bit states: %lld cases run, %lld failed, %lld elements checked\n",
+              (long long)run, (long long)failed, (long long)elements);
+  CHECK(failed == 0);
+  // Every form and store mode, each format, with model-like and exact values.
+  auto has = [&](auto pred) {
+    for (const auto& c : table)
+      if (pred(c)) return true;
+    return false;
+  };
+  for (ssu_dtype_t st : {SSU_DTYPE_I8, SSU_DTYPE_F8E4M3})
+    for (Form f : {Form::Single, Form::Multi, Form::Varlen})
+      for (Store s : {Store::Final, Store::DstPerToken, Store::Intermediate})
+        for (bool exact : {false, true})
+          if (f != Form::Single || s == Store::Final)
+            CHECK(has([&](const UpdateCase& c) {
+              return c.state == st && c.form == f && c.store == s && c.exact_values == exact &&
+                     !c.stochastic;
+            }));
+  for (Store s : {Store::Final, Store::DstPerToken, Store::Intermediate})
+    CHECK(has([&](const UpdateCase& c) {
+      return c.state == SSU_DTYPE_F8E4M3 && c.stochastic && c.exact_values && c.store == s;
+    }));
+}
+
 TEST_CASE("cpu: the case table covers every axis value") {
   const std::vector<UpdateCase> table = update_case_table();
   auto has = [&](auto pred) {

@@ -342,6 +342,10 @@ std::vector<BadStep> bad_steps() {
       {"state"});
   add("state i16 (block-scaled)", kWithOutproj, [](SA&, Pl& p) { p.state.dtype = SSU_DTYPE_I16; },
       {NOTSUP, DTYPE, NUL}, {"state", "state_scale"});
+  add("state i8 (block-scaled)", kWithOutproj, [](SA&, Pl& p) { p.state.dtype = SSU_DTYPE_I8; },
+      {NOTSUP}, {"state", "i8"});
+  add("state f8e4m3 (block-scaled)", kWithOutproj,
+      [](SA&, Pl& p) { p.state.dtype = SSU_DTYPE_F8E4M3; }, {NOTSUP}, {"state", "f8e4m3"});
   struct Dt {
     const char* name;
     ssu_tensor_t SA::*field;

@@ -310,6 +310,11 @@ std::vector<BadInput> bad_inputs() {
       {"B", "state"});
   add("i16 state_scale data NULL", kI16, [](A&, Pl& p, R&) { p.state_scale.data = nullptr; },
       {SSU_ERROR_NULL_POINTER}, {"state_scale"});
+  // 8-bit states serve the plain update only so far.
+  add("state i8", kI16, [](A&, Pl& p, R&) { p.state.dtype = SSU_DTYPE_I8; },
+      {SSU_ERROR_NOT_SUPPORTED}, {"state", "i8"});
+  add("state f8e4m3", kI16, [](A&, Pl& p, R&) { p.state.dtype = SSU_DTYPE_F8E4M3; },
+      {SSU_ERROR_NOT_SUPPORTED}, {"state", "f8e4m3"});
   add("state_scale with an f32 state", kSingle,
       [](A&, Pl& p, R&) { p.state_scale = spare_tensor(SSU_DTYPE_F32, {p.state.shape[0], H, P}); },
       {SSU_ERROR_INCOMPATIBLE_OPTIONS, SSU_ERROR_INVALID_ARGUMENT}, {"state_scale"});

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../kernels/ssu_math.h"
+#include "../kernels/ssu_state8.h"
 #include "reference.h"
 #include "rng.h"
 #include "ssu.h"
@@ -701,4 +702,421 @@ TEST_CASE("ssu_advance_seed on the CPU: adds in place, wraps, refuses NULL") {
   CHECK(ssu_advance_seed(cpu.ctx, nullptr, 1, nullptr) == SSU_ERROR_NULL_POINTER);
   CHECK(ssu_advance_seed(nullptr, &seed, 1, nullptr) == SSU_ERROR_BAD_HANDLE);
   CHECK(seed == 2);
+}
+
+// ---------------------------------------------------------------------------
+// 8-bit block-scaled formats (ssu.h: i8, f8e4m3): the element conversions
+// over all 256 E4M3 codes, the row quantizers' edges, stochastic rounding's
+// bits and statistics, and rows with special values through the API.
+namespace {
+
+// The library's store of a row (kernels/ssu_state8.h), as the CPU backend
+// composes it.
+ssutest::QuantizedRow8 lib_quantize8(const std::vector<float>& v, ssu_dtype_t dtype,
+                                     const uint32_t* words = nullptr) {
+  float amax = 0.0f;
+  for (float x : v) amax = ssu_math::int16_amax_step(amax, x);
+  const bool fp8 = dtype == SSU_DTYPE_F8E4M3;
+  const float enc =
+      ssu_math::state8_encode_factor(amax, fp8 ? ssu_math::kE4m3Max : ssu_math::kI8Max);
+  ssutest::QuantizedRow8 r;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!fp8)
+      r.q.push_back(uint8_t(ssu_math::int8_quantize(v[i], enc)));
+    else if (ssu_math::e4m3_row_unrepresentable(enc))
+      r.q.push_back(ssu_math::kE4m3Nan);
+    else if (words)
+      r.q.push_back(ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v[i], enc), words[i]));
+    else
+      r.q.push_back(ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v[i], enc)));
+  }
+  r.scale = 1.0f / enc;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("e4m3: every code decodes to its OCP E4M3 value; encoding the value gives the code") {
+  // Hand-written values of the format: bias 7, 3 mantissa bits, subnormals
+  // k * 2^-9, 448 the largest, 0x7F / 0xFF NaN.
+  const struct {
+    uint8_t code;
+    float value;
+  } known[] = {{0x00, 0.0f},         {0x01, 0.001953125f}, {0x07, 0.013671875f},
+               {0x08, 0.015625f},    {0x38, 1.0f},         {0x39, 1.125f},
+               {0x3F, 1.875f},       {0x40, 2.0f},         {0x77, 240.0f},
+               {0x7E, 448.0f},       {0x80, -0.0f},        {0x81, -0.001953125f},
+               {0xB8, -1.0f},        {0xFE, -448.0f}};
+  for (const auto& k : known) {
+    CAPTURE(int(k.code));
+    CHECK(bits_of(ssu_math::e4m3_decode(k.code)) == bits_of(k.value));
+    CHECK(bits_of(ref_e4m3_value(k.code)) == bits_of(k.value));
+  }
+  int nan_codes = 0;
+  for (int c = 0; c < 256; ++c) {
+    const uint8_t code = uint8_t(c);
+    CAPTURE(c);
+    const float lib = ssu_math::e4m3_decode(code), ref = ref_e4m3_value(code);
+    if ((c & 0x7f) == 0x7f) {
+      CHECK(std::isnan(lib));
+      CHECK(std::isnan(ref));
+      ++nan_codes;
+      continue;
+    }
+    CHECK(bits_of(lib) == bits_of(ref));
+    CHECK(std::fabs(lib) <= 448.0f);
+    // Encoding an exact value returns its code, to nearest and under any
+    // random bits.
+    CHECK(ssu_math::e4m3_encode_rn(lib) == code);
+    CHECK(ref_e4m3_rn(lib) == code);
+    for (uint32_t rnd : {0u, 1u, 0x7FFFFu, 0xFFFFFu, 0x00FFFFFFu, 0x7FFFFFFFu, 0xFFFFFFFFu}) {
+      CHECK(ssu_math::e4m3_encode_sr(lib, rnd) == code);
+      CHECK(ref_e4m3_sr(lib, rnd) == code);
+    }
+  }
+  CHECK(nan_codes == 2);
+  // Codes increase with the value: the positive codes 0..0x7E are sorted.
+  for (int c = 0; c < 0x7E; ++c) CHECK(ssu_math::e4m3_decode(uint8_t(c)) < ssu_math::e4m3_decode(uint8_t(c + 1)));
+}
+
+TEST_CASE("e4m3: round to nearest, ties to the even code, at every midpoint") {
+  for (int c = 0; c < 0x7E; ++c) {
+    const float lo = ssu_math::e4m3_decode(uint8_t(c)), hi = ssu_math::e4m3_decode(uint8_t(c + 1));
+    const float mid = 0.5f * (lo + hi);  // 4 significant bits: exact
+    REQUIRE(double(mid) == 0.5 * (double(lo) + double(hi)));
+    const uint8_t even = uint8_t(c % 2 == 0 ? c : c + 1);
+    CAPTURE(c);
+    for (float sign : {1.0f, -1.0f}) {
+      const uint8_t s = sign < 0 ? 0x80 : 0;
+      CHECK(ssu_math::e4m3_encode_rn(sign * mid) == (s | even));
+      CHECK(ref_e4m3_rn(sign * mid) == (s | even));
+      const float below = std::nextafter(mid, 0.0f), above = std::nextafter(mid, 1000.0f);
+      CHECK(ssu_math::e4m3_encode_rn(sign * below) == (s | c));
+      CHECK(ssu_math::e4m3_encode_rn(sign * above) == (s | (c + 1)));
+      CHECK(ref_e4m3_rn(sign * below) == (s | c));
+      CHECK(ref_e4m3_rn(sign * above) == (s | (c + 1)));
+    }
+  }
+  // Below half the smallest subnormal: zero of the value's sign; f32
+  // subnormals included.
+  CHECK(ssu_math::e4m3_encode_rn(std::ldexp(1.0f, -11)) == 0x00);
+  CHECK(ssu_math::e4m3_encode_rn(-std::ldexp(1.0f, -140)) == 0x80);
+  CHECK(ssu_math::e4m3_encode_rn(std::ldexp(1.0f, -10)) == 0x00);  // tie: even 0
+  CHECK(ssu_math::e4m3_encode_rn(std::nextafter(std::ldexp(1.0f, -10), 1.0f)) == 0x01);
+  CHECK(ssu_math::e4m3_encode_rn(448.0f) == 0x7E);
+  CHECK(ssu_math::e4m3_encode_rn(-448.0f) == 0xFE);
+}
+
+TEST_CASE("e4m3 stochastic rounding: library and reference agree bit for bit; one of two neighbours") {
+  Rng rng(77);
+  int bad = 0;
+  for (int i = 0; i < 400000; ++i) {
+    // Magnitudes over the whole range, the subnormal one and far below
+    // (fp32 subnormals too), and the top of it.
+    float a;
+    switch (i % 4) {
+      case 0: a = float(rng.uniform(0.0, 448.0)); break;
+      case 1: a = float(std::ldexp(rng.uniform(1.0, 2.0), -int(rng.next() % 24) - 6)); break;
+      case 2: a = float(std::ldexp(rng.uniform(1.0, 2.0), -int(rng.next() % 140) - 6)); break;
+      default: a = float(448.0 - std::ldexp(rng.uniform(), -int(rng.next() % 30))); break;
+    }
+    if (!(a <= 448.0f)) a = 448.0f;
+    const float x = rng.chance(0.5) ? -a : a;
+    const uint32_t rnd = rng.u32();
+    const uint8_t lib = ssu_math::e4m3_encode_sr(x, rnd), ref = ref_e4m3_sr(x, rnd);
+    const uint8_t down = uint8_t((x < 0 ? 0x80 : 0) |
+                                 (ref_e4m3_value(ref_e4m3_rn(a)) <= a ? ref_e4m3_rn(a)
+                                                                       : ref_e4m3_rn(a) - 1));
+    const bool neighbour = (lib & 0x7f) == (down & 0x7f) || (lib & 0x7f) == (down & 0x7f) + 1;
+    if ((lib != ref || !neighbour || (lib & 0x7f) > 0x7E || (lib & 0x80) != (down & 0x80)) &&
+        ++bad <= 10)
+      FAIL_CHECK("x " << x << " (0x" << std::hex << bits_of(x) << ") rnd 0x" << rnd
+                      << ": library 0x" << int(lib) << " reference 0x" << int(ref)
+                      << " round-down 0x" << int(down) << std::dec);
+  }
+  CHECK(bad == 0);
+  // The bit-pattern definition of the header where d <= 23: the low d bits
+  // added to the pattern, then cleared.
+  for (int i = 0; i < 100000; ++i) {
+    const float a = float(std::ldexp(rng.uniform(1.0, 2.0), -int(rng.next() % 4) - 6)) *
+                    (i % 2 ? 1.0f : 64.0f);  // [2^-9, 2^-5) and [2^-3, 2^1)
+    const uint32_t u = bits_of(a), rnd = rng.u32();
+    const int e = int(u >> 23) - 127;
+    const int d = a >= std::ldexp(1.0f, -6) ? 20 : 20 + (-6 - e);
+    const uint32_t mask = (1u << d) - 1u;
+    const float want = float_of((u + (rnd & mask)) & ~mask);
+    if (ssu_math::e4m3_decode(ssu_math::e4m3_encode_sr(a, rnd)) != want && ++bad <= 10)
+      FAIL_CHECK("pattern rule: a " << a << " rnd " << rnd << " d " << d);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("e4m3 stochastic rounding is unbiased: the mean over Philox words is the value") {
+  // Values in the normal range, in the subnormal range, below the smallest
+  // subnormal, just below 448, and an fp32 subnormal. Each drawn with the
+  // element words of many seeds; the mean of the rounded values must be
+  // within 5 standard errors of x (the words are uniform: a rounding of x
+  // between lo and hi has variance (x - lo)(hi - x)).
+  const float xs[] = {1.3f,   -0.7f,     5.0e-3f, 1.2e-3f, -3.0e-4f,
+                      2.0e-5f, 440.0f,   0.0159f, 7.1e-8f, std::ldexp(1.5f, -130)};
+  const int draws = 40000;
+  for (float x : xs) {
+    CAPTURE(x);
+    const double a = std::fabs(double(x));
+    const uint8_t near = ref_e4m3_rn(std::fabs(x));
+    const double nv = ref_e4m3_value(near);
+    const double lo = nv <= a ? nv : ref_e4m3_value(uint8_t(near - 1));
+    const double hi = nv <= a ? (lo == a ? a : ref_e4m3_value(uint8_t(near + 1))) : nv;
+    double sum = 0;
+    for (int k = 0; k < draws; ++k) {
+      const uint32_t w = ssu_math::sr_word(0x9E3779B97F4A7C15ull * uint64_t(k + 1), uint64_t(k), 10);
+      sum += double(ssu_math::e4m3_decode(ssu_math::e4m3_encode_sr(x, w)));
+    }
+    const double mean = sum / draws;
+    const double sigma = std::sqrt((a - lo) * (hi - a) / draws);
+    INFO("mean " << mean << " sigma " << sigma);
+    // Below 2^-18 the header allows a bias of 2^-41.
+    CHECK(std::fabs(mean - double(x)) <= 5 * sigma + std::ldexp(1.0, -41));
+  }
+}
+
+TEST_CASE("8-bit row quantizers: zero rows, rails, ties, subnormal codes, NaN and Inf rows") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto same = [](const ssutest::QuantizedRow8& a, const ssutest::QuantizedRow8& b) {
+    return a.q == b.q && bits_of(a.scale) == bits_of(b.scale);
+  };
+  for (ssu_dtype_t dt : {SSU_DTYPE_I8, SSU_DTYPE_F8E4M3}) {
+    const bool fp8 = dt == SSU_DTYPE_F8E4M3;
+    CAPTURE(fp8);
+    auto both = [&](const std::vector<float>& v) {
+      const auto lib = lib_quantize8(v, dt);
+      const auto ref = ref_quantize_row8(v.data(), int64_t(v.size()), dt);
+      CHECK(lib.q == ref.q);
+      CHECK((bits_of(lib.scale) == bits_of(ref.scale) ||
+             (std::isnan(lib.scale) && std::isnan(ref.scale))));
+      return lib;
+    };
+    {  // zero row: scale 1, codes 0
+      const auto r = both({0.0f, 0.0f, 0.0f});
+      CHECK(r.scale == 1.0f);
+      CHECK(r.q == std::vector<uint8_t>(3, 0));
+    }
+    {  // the rails: amax lands on +-QMAX, the factor and scale as in the header
+      const float qmax = fp8 ? 448.0f : 127.0f;
+      const auto r = both({-3.0f, 1.5f, 3.0f});
+      CHECK(bits_of(r.scale) == bits_of(1.0f / (qmax / 3.0f)));
+      CHECK(r.q[0] == (fp8 ? 0xFE : uint8_t(int8_t(-127))));
+      CHECK(r.q[2] == (fp8 ? 0x7E : 127));
+      CHECK(r.q[1] == (fp8 ? 0x76 : 64));  // 224 exactly; 63.5 ties to even 64
+    }
+    if (!fp8) {  // amax 127: enc 1, every .5 ties to even, never -128
+      const auto r = both({-127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, 100.5f, -126.5f});
+      const std::vector<int> want = {-127, 0, 2, 2, 0, -2, 100, -126};
+      for (size_t i = 0; i < want.size(); ++i) CHECK(int(int8_t(r.q[i])) == want[i]);
+      CHECK(r.scale == 1.0f);
+    } else {  // amax 448: enc 1; values landing on the subnormal codes k * 2^-9
+      std::vector<float> v = {448.0f};
+      for (int k = 1; k < 8; ++k) v.push_back(std::ldexp(float(k), -9) * (k % 2 ? 1.0f : -1.0f));
+      v.push_back(std::ldexp(1.0f, -10));  // half the smallest subnormal: ties to 0
+      v.push_back(std::ldexp(3.0f, -10));  // 1.5 steps: ties to the even 2
+      const auto r = both(v);
+      CHECK(r.scale == 1.0f);
+      CHECK(r.q[0] == 0x7E);
+      for (int k = 1; k < 8; ++k) CHECK(r.q[size_t(k)] == ((k % 2 ? 0 : 0x80) | k));
+      CHECK(r.q[8] == 0x00);
+      CHECK(r.q[9] == 0x02);
+    }
+    {  // random rows: library and reference agree, the amax element on a rail
+      Rng rng(11);
+      for (int i = 0; i < 5000; ++i) {
+        std::vector<float> v(1 + rng.next() % 40);
+        const float big = float(std::ldexp(1.0 + rng.uniform(), int(rng.next() % 60) - 29));
+        for (auto& x : v) x = big * float((rng.uniform() * 2 - 1) * std::ldexp(1.0, -int(rng.next() % 20)));
+        const size_t at = size_t(rng.next() % v.size());
+        v[at] = rng.next() % 2 ? big : -big;
+        const auto lib = lib_quantize8(v, dt);
+        const auto ref = ref_quantize_row8(v.data(), int64_t(v.size()), dt);
+        bool ok = same(lib, ref) && (lib.q[at] & (fp8 ? 0x7f : 0xff)) ==
+                                        (fp8 ? 0x7e : (v[at] > 0 ? 127 : 0x81));
+        for (uint8_t q : lib.q) ok = ok && (fp8 ? (q & 0x7f) != 0x7f : q != 0x80);
+        if (!ok) FAIL_CHECK("row " << i << ": library and reference differ or amax off the rails");
+      }
+    }
+    // NaN row: NaN scale; Inf row: Inf scale; codes 0 (i8) or 0x7F (e4m3);
+    // either loads back as all NaN.
+    const uint8_t bad_code = fp8 ? 0x7f : 0;
+    for (const std::vector<float>& v :
+         {std::vector<float>{1.0f, nan, 2.0f}, std::vector<float>{nan, inf, -3.0f}}) {
+      const auto r = both(v);
+      CHECK(std::isnan(r.scale));
+      CHECK(r.q == std::vector<uint8_t>(v.size(), bad_code));
+      CHECK(std::isnan(ref_dequantize8(r.q[0], dt, r.scale)));
+    }
+    for (const std::vector<float>& v :
+         {std::vector<float>{1.0f, inf, -2.0f}, std::vector<float>{-inf, 0.0f}}) {
+      const auto r = both(v);
+      CHECK(r.scale == inf);
+      CHECK(r.q == std::vector<uint8_t>(v.size(), bad_code));
+      CHECK(std::isnan(ref_dequantize8(r.q[1], dt, r.scale)));
+    }
+  }
+}
+
+TEST_CASE("8-bit states through the API: special rows stored as the header says") {
+  // One token with A = 0 and B = 0: every state row is loaded and stored
+  // unchanged in fp32, so each stored row is the quantizer's output for the
+  // loaded row: NaN rows, Inf rows, zero rows, rails, subnormal codes.
+  Cpu cpu;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t H = 1, P = 6, N = 10;
+  for (ssu_dtype_t dt : {SSU_DTYPE_I8, SSU_DTYPE_F8E4M3}) {
+    const bool fp8 = dt == SSU_DTYPE_F8E4M3;
+    CAPTURE(fp8);
+    std::vector<uint8_t> q(size_t(2 * H * P * N), 0);
+    std::vector<float> scale(size_t(2 * H * P), 1.0f);
+    auto row = [&](int64_t p) { return &q[size_t(p * N)]; };
+    // Row 0: a NaN (e4m3 code 0x7F; i8 via a NaN scale). Row 1: overflows
+    // to Inf on load. Row 2: zeros with a scale of 5. Row 3: the rails and
+    // small codes (e4m3 subnormals). Rows 4, 5: random codes, random scales.
+    for (int64_t n = 0; n < N; ++n) row(0)[n] = uint8_t(n + 1);
+    if (fp8) row(0)[3] = 0x7F; else scale[0] = nan;
+    for (int64_t n = 0; n < N; ++n) row(1)[n] = fp8 ? uint8_t(0x70 + n) : uint8_t(100 + n);
+    scale[1] = 3.0e38f;
+    scale[2] = 5.0f;
+    // (No -0: the update adds B * dt * x = +0, which makes it +0.)
+    const uint8_t rails[10] = {0x7E, 0xFE, 0x01, 0x81, 0x07, 0x08, 0x03, 0x00, 0x86, 0x3C};
+    const uint8_t irails[10] = {127, 0x81, 1, 0xFF, 7, 8, 3, 0, 0, 60};
+    for (int64_t n = 0; n < N; ++n) row(3)[n] = fp8 ? rails[n] : irails[n];
+    Rng rng(5);
+    for (int64_t p = 4; p < 6; ++p) {
+      for (int64_t n = 0; n < N; ++n) {
+        uint8_t c;
+        do c = uint8_t(rng.u32()); while (fp8 ? (c & 0x7f) == 0x7f : c == 0x80);
+        row(p)[n] = c;
+      }
+      scale[size_t(p)] = float(std::ldexp(rng.uniform(1.0, 2.0), int(rng.next() % 20) - 10));
+    }
+    // The fp32 row each loads as (the header's load rule).
+    std::vector<std::vector<float>> loaded;
+    for (int64_t p = 0; p < P; ++p) {
+      std::vector<float> v;
+      for (int64_t n = 0; n < N; ++n) v.push_back(ref_dequantize8(row(p)[n], dt, scale[size_t(p)]));
+      loaded.push_back(v);
+    }
+    CHECK(std::isinf(loaded[1][N - 1]));
+    std::vector<float> x(size_t(H * P), 1.0f), dtv(1, 1.0f), A(1, 0.0f), B(size_t(N), 0.0f),
+        C(size_t(N), 1.0f), out(size_t(H * P), 0.0f);
+    std::vector<int32_t> src = {0}, dst = {1};
+    ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
+    pool.state = tensor(q.data(), dt, {2, H, P, N});
+    pool.state_scale = tensor(scale.data(), SSU_DTYPE_F32, {2, H, P});
+    ssu_update_args_t args = SSU_UPDATE_ARGS_INIT;
+    args.pool = &pool;
+    args.x = tensor(x.data(), SSU_DTYPE_F32, {1, H, P});
+    args.dt = tensor(dtv.data(), SSU_DTYPE_F32, {1, H});
+    args.A = tensor(A.data(), SSU_DTYPE_F32, {H});
+    args.B = tensor(B.data(), SSU_DTYPE_F32, {1, 1, N});
+    args.C = tensor(C.data(), SSU_DTYPE_F32, {1, 1, N});
+    args.out = tensor(out.data(), SSU_DTYPE_F32, {1, H, P});
+    args.src_index = tensor(src.data(), SSU_DTYPE_I32, {1});
+    args.dst_index = tensor(dst.data(), SSU_DTYPE_I32, {1});
+    ssu_plan_t plan = nullptr;
+    REQUIRE_MESSAGE(ssu_plan_create_update(cpu.ctx, &args, nullptr, &plan) == SSU_SUCCESS,
+                    std::string(ssu_last_error_message()));
+    REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+    ssu_plan_destroy(plan);
+    for (int64_t p = 0; p < P; ++p) {
+      CAPTURE(p);
+      const auto want = ref_quantize_row8(loaded[size_t(p)].data(), N, dt);
+      const float got_scale = scale[size_t(P + p)];
+      const std::vector<uint8_t> got(row(P + p), row(P + p) + N);
+      CHECK(got == want.q);
+      CHECK((bits_of(got_scale) == bits_of(want.scale) ||
+             (std::isnan(got_scale) && std::isnan(want.scale))));
+    }
+    const uint8_t bad_code = fp8 ? 0x7f : 0;
+    CHECK(std::isnan(scale[size_t(P + 0)]));
+    CHECK(std::vector<uint8_t>(row(P), row(P) + N) == std::vector<uint8_t>(size_t(N), bad_code));
+    CHECK(scale[size_t(P + 1)] == inf);
+    CHECK(std::vector<uint8_t>(row(P + 1), row(P + 1) + N) ==
+          std::vector<uint8_t>(size_t(N), bad_code));
+    CHECK(scale[size_t(P + 2)] == 1.0f);
+    CHECK(std::vector<uint8_t>(row(P + 2), row(P + 2) + N) == std::vector<uint8_t>(size_t(N), 0));
+    // Rails and small codes come back unchanged (amax on the rail: enc = 1
+    // / scale exactly here, scale 1).
+    CHECK(std::vector<uint8_t>(row(P + 3), row(P + 3) + N) ==
+          std::vector<uint8_t>(row(3), row(3) + N));
+    CHECK(scale[size_t(P + 3)] == 1.0f);
+    // Source slot untouched.
+    CHECK(std::isnan(loaded[0][fp8 ? 3 : 0]));
+  }
+}
+
+TEST_CASE("8-bit states through the API: e4m3 stochastic rounding is unbiased over seeds") {
+  // A = 0, dt = 1, x = 1: the new state is state + B exactly. Element 0 of
+  // every row holds 28 (code 0x7E with scale 2^-4) and B[0] = 0, so amax =
+  // 28 and enc = 16 exactly; the other elements start at 0 and become B[n]:
+  // values in the normal and subnormal E4M3 ranges and below them. The mean
+  // of the stored value over many seeds (and the P rows, each with its own
+  // words) must be B[n] within 5 standard errors; round to nearest misses
+  // it by far for most of them.
+  Cpu cpu;
+  const int64_t H = 1, P = 8, N = 8;
+  const float Bv[N] = {0.0f, 0.3f, 0.0123f, 7.3e-4f, 2.1e-4f, 9.0e-5f, 3.0e-6f, -0.047f};
+  std::vector<uint8_t> q(size_t(2 * H * P * N), 0);
+  std::vector<float> scale(size_t(2 * H * P), 1.0f);
+  for (int64_t p = 0; p < P; ++p) {
+    q[size_t(p * N)] = 0x7E;
+    scale[size_t(p)] = 0.0625f;
+  }
+  std::vector<float> x(size_t(H * P), 1.0f), dtv(1, 1.0f), A(1, 0.0f), B(Bv, Bv + N),
+      C(size_t(N), 1.0f), out(size_t(H * P), 0.0f);
+  std::vector<int32_t> src = {0}, dst = {1};
+  uint64_t seed = 0;
+  ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
+  pool.state = tensor(q.data(), SSU_DTYPE_F8E4M3, {2, H, P, N});
+  pool.state_scale = tensor(scale.data(), SSU_DTYPE_F32, {2, H, P});
+  ssu_update_args_t args = SSU_UPDATE_ARGS_INIT;
+  args.pool = &pool;
+  args.x = tensor(x.data(), SSU_DTYPE_F32, {1, H, P});
+  args.dt = tensor(dtv.data(), SSU_DTYPE_F32, {1, H});
+  args.A = tensor(A.data(), SSU_DTYPE_F32, {H});
+  args.B = tensor(B.data(), SSU_DTYPE_F32, {1, 1, N});
+  args.C = tensor(C.data(), SSU_DTYPE_F32, {1, 1, N});
+  args.out = tensor(out.data(), SSU_DTYPE_F32, {1, H, P});
+  args.src_index = tensor(src.data(), SSU_DTYPE_I32, {1});
+  args.dst_index = tensor(dst.data(), SSU_DTYPE_I32, {1});
+  args.rounding_seed = &seed;
+  ssu_plan_t plan = nullptr;
+  REQUIRE_MESSAGE(ssu_plan_create_update(cpu.ctx, &args, nullptr, &plan) == SSU_SUCCESS,
+                  std::string(ssu_last_error_message()));
+  const int seeds = 3000;
+  std::vector<double> sum(size_t(N), 0.0);
+  for (int k = 0; k < seeds; ++k) {
+    seed = 0x1234567ull + uint64_t(k) * 0x9E3779B97F4A7C15ull;
+    REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+    REQUIRE(scale[size_t(P)] == 0.0625f);
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t n = 0; n < N; ++n)
+        sum[size_t(n)] += double(ref_dequantize8(q[size_t((P + p) * N + n)], SSU_DTYPE_F8E4M3,
+                                                 scale[size_t(P + p)]));
+  }
+  ssu_plan_destroy(plan);
+  const double draws = double(seeds) * double(P);
+  for (int64_t n = 1; n < N; ++n) {
+    const double v = double(Bv[n]), s = std::fabs(v) * 16.0;  // the scaled value
+    const uint8_t near = ref_e4m3_rn(float(s));
+    const double nv = ref_e4m3_value(near);
+    const double lo = nv <= s ? nv : ref_e4m3_value(uint8_t(near - 1));
+    const double hi = nv <= s ? (lo == s ? s : ref_e4m3_value(uint8_t(near + 1))) : nv;
+    const double sigma = std::sqrt((s - lo) * (hi - s) / draws) / 16.0;
+    const double mean = sum[size_t(n)] / draws;
+    CAPTURE(n);
+    INFO("B " << v << " mean " << mean << " sigma " << sigma << " nearest "
+              << (v < 0 ? -nv : nv) / 16.0);
+    CHECK(std::fabs(mean - v) <= 5 * sigma + 1e-12);
+  }
+  CHECK(sum[0] == 448.0 * 0.0625 * draws);
 }

@@ -501,6 +501,42 @@ std::vector<BadInput> bad_inputs() {
   iscale_change("head stride P+3", [](ssu_tensor_t& t) { t.strides[2] = P + 3; },
                 SSU_ERROR_BAD_STRIDE);
 
+  // 8-bit states (i8, f8e4m3): block-scaled like i16 (same scale rules), no
+  // stochastic rounding for i8, never an input dtype.
+  for (ssu_dtype_t st : {SSU_DTYPE_I8, SSU_DTYPE_F8E4M3}) {
+    const std::string nm = ssu_dtype_name(st);
+    add(nm + " state_scale data NULL", kI16,
+        [st](A&, Pl& p, const Pr&) {
+          p.state.dtype = st;
+          p.state_scale.data = nullptr;
+        },
+        kMissing, {"state_scale", nm.c_str()});
+    add(nm + " intermediate_scales data NULL", kI16Inter,
+        [st](A& a, Pl& p, const Pr&) {
+          p.state.dtype = st;
+          a.intermediate_states.dtype = st;
+          a.intermediate_scales.data = nullptr;
+        },
+        {SSU_ERROR_NULL_POINTER, SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"intermediate_scales"});
+    add(nm + " intermediate_states with an i16 pool", kI16Inter,
+        [st](A& a, Pl&, const Pr&) { a.intermediate_states.dtype = st; },
+        {SSU_ERROR_DTYPE_MISMATCH}, {"intermediate_states"});
+    add("x, z, out dtype " + nm, kSingle,
+        [st](A& a, Pl&, const Pr&) { a.x.dtype = a.z.dtype = a.out.dtype = st; },
+        {SSU_ERROR_BAD_DTYPE}, {"x"});
+    add("B, C dtype " + nm, kSingle, [st](A& a, Pl&, const Pr&) { a.B.dtype = a.C.dtype = st; },
+        {SSU_ERROR_DTYPE_MISMATCH, SSU_ERROR_BAD_DTYPE}, {"B"});
+    add("A dtype " + nm, kSingle, [st](A& a, Pl&, const Pr&) { a.A.dtype = st; },
+        {SSU_ERROR_BAD_DTYPE}, {"A"});
+    add("dt dtype " + nm, kSingle, [st](A& a, Pl&, const Pr&) { a.dt.dtype = st; },
+        {SSU_ERROR_BAD_DTYPE}, {"dt"});
+  }
+  add("rounding_seed with an i8 state", kI16,
+      [](A& a, Pl& p, const Pr&) {
+        p.state.dtype = SSU_DTYPE_I8;
+        a.rounding_seed = &seed_value;
+      },
+      kExcluded, {"rounding_seed", "i8"});
   add("rounding_seed with an f32 state", kSingle,
       [](A& a, Pl&, const Pr&) { a.rounding_seed = &seed_value; }, kExcluded, {"rounding_seed"});
   add("rounding_seed with an i16 state", kI16,

@@ -206,6 +206,8 @@ size_t ssu_dtype_size(ssu_dtype_t d) {
     case SSU_DTYPE_I16: return 2;
     case SSU_DTYPE_I32: return 4;
     case SSU_DTYPE_I64: return 8;
+    case SSU_DTYPE_I8: return 1;
+    case SSU_DTYPE_F8E4M3: return 1;
     default: return 0;
   }
 }
@@ -218,6 +220,8 @@ const char* ssu_dtype_name(ssu_dtype_t d) {
     case SSU_DTYPE_I16: return "i16";
     case SSU_DTYPE_I32: return "i32";
     case SSU_DTYPE_I64: return "i64";
+    case SSU_DTYPE_I8: return "i8";
+    case SSU_DTYPE_F8E4M3: return "f8e4m3";
     default: return "invalid";
   }
 }

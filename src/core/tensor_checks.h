@@ -17,6 +17,11 @@ inline bool present(const ssu_tensor_t& t) { return t.data != nullptr; }
 inline bool is_float(ssu_dtype_t d) {
   return d == SSU_DTYPE_F32 || d == SSU_DTYPE_F16 || d == SSU_DTYPE_BF16;
 }
+// Block-scaled state formats: codes plus an f32 decode-scale pool.
+inline bool is_scaled_state(ssu_dtype_t d) {
+  return d == SSU_DTYPE_I16 || d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3;
+}
+inline bool is_8bit_state(ssu_dtype_t d) { return d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3; }
 inline bool is_index(ssu_dtype_t d) { return d == SSU_DTYPE_I32 || d == SSU_DTYPE_I64; }
 
 inline std::string shape_str(const ssu_tensor_t& t) {

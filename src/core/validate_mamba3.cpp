@@ -106,10 +106,12 @@ ssu_mamba3_params normalize_mamba3_step(const ssu_mamba3_step_args_t* args_in) {
   const ssu_tensor_t& st = pool.state;
   require(st, "pool.state");
   check_rank(st, "pool.state", 4, "(slots, nheads, dim, dstate)");
-  if (st.dtype == SSU_DTYPE_I16 || present(pool.state_scale))
-    fail(SSU_ERROR_NOT_SUPPORTED, "%s but the Mamba-3 step supports f32, bf16 and f16 states "
-         "only", present(pool.state_scale) ? "pool.state_scale is given"
-                                           : "pool.state.dtype=i16 (block-scaled)");
+  if (is_scaled_state(st.dtype))
+    fail(SSU_ERROR_NOT_SUPPORTED, "pool.state.dtype=%s (block-scaled) but the Mamba-3 step "
+         "supports f32, bf16 and f16 states only", ssu_dtype_name(st.dtype));
+  if (present(pool.state_scale))
+    fail(SSU_ERROR_NOT_SUPPORTED, "pool.state_scale is given but the Mamba-3 step supports f32, "
+         "bf16 and f16 states only");
   check_float_dtype(st, "pool.state");
   const int64_t S = st.shape[0], H = st.shape[1], P = st.shape[2], N = st.shape[3];
   if (H < 1 || P < 1 || N < 1)

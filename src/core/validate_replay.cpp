@@ -167,6 +167,10 @@ ssu_replay_params normalize_replay(const ssu_replay_args_t* args_in) {
   ssu_replay_params r;
   std::memset(&r, 0, sizeof r);
   r.u = normalize_update(&ua);
+  if (is_8bit_state(r.u.state_dtype))
+    fail(SSU_ERROR_NOT_SUPPORTED, "pool.state.dtype=%s but replay checkpoints support f32, bf16, "
+         "f16 and i16 states; 8-bit (i8, f8e4m3) states serve the plain update only so far",
+         ssu_dtype_name(r.u.state_dtype));
   if (r.u.src_stride_t != 0 || (present(a.src_index) && a.src_index.ndim != 1))
     fail(SSU_ERROR_BAD_RANK, "src_index.ndim=%d but a replay step takes one slot per sequence, "
          "(Bt,)", a.src_index.ndim);

@@ -187,16 +187,18 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
   const ssu_tensor_t& st = pool.state;
   require(st, "pool.state");
   check_rank(st, "pool.state", 4, "(slots, nheads, dim, dstate)");
-  const bool i16 = st.dtype == SSU_DTYPE_I16;
-  if (!i16 && !is_float(st.dtype))
-    fail(SSU_ERROR_BAD_DTYPE, "pool.state.dtype=%s but it must be f32, bf16, f16, or i16 with "
-         "pool.state_scale", ssu_dtype_name(st.dtype));
-  if (!i16 && present(pool.state_scale))
+  // i16, i8 and f8e4m3 are block-scaled: codes plus a decode scale per row.
+  const bool scaled = is_scaled_state(st.dtype);
+  if (!scaled && !is_float(st.dtype))
+    fail(SSU_ERROR_BAD_DTYPE, "pool.state.dtype=%s but it must be f32, bf16, f16, or i16, i8 or "
+         "f8e4m3 with pool.state_scale", ssu_dtype_name(st.dtype));
+  if (!scaled && present(pool.state_scale))
     fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "pool.state_scale is given but pool.state.dtype=%s; decode "
-         "scales belong to i16 (block-scaled) states only", ssu_dtype_name(st.dtype));
-  if (i16 && !present(pool.state_scale))
-    fail(SSU_ERROR_NULL_POINTER, "pool.state_scale.data is NULL but pool.state.dtype=i16 needs its "
-         "decode scales, an (S, H, P) f32 pool");
+         "scales belong to i16, i8 and f8e4m3 (block-scaled) states only",
+         ssu_dtype_name(st.dtype));
+  if (scaled && !present(pool.state_scale))
+    fail(SSU_ERROR_NULL_POINTER, "pool.state_scale.data is NULL but pool.state.dtype=%s needs its "
+         "decode scales, an (S, H, P) f32 pool", ssu_dtype_name(st.dtype));
   const int64_t S = st.shape[0], H = st.shape[1], P = st.shape[2], N = st.shape[3];
   if (H < 1 || P < 1 || N < 1)
     fail(SSU_ERROR_BAD_SHAPE, "pool.state.shape=%s: nheads, dim and dstate must be >= 1",
@@ -211,7 +213,7 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
   if (S > 1 && st.strides[0] < H * P * N)
     fail(SSU_ERROR_BAD_STRIDE, "pool.state.strides[0] (slot stride)=%" PRId64 " is smaller than "
          "H*P*N=%" PRId64 "; slots would overlap", st.strides[0], H * P * N);
-  if (i16) {
+  if (scaled) {
     const ssu_tensor_t& sc = pool.state_scale;
     const char* name = "pool.state_scale";
     check_rank(sc, name, 3, "(slots, nheads, dim) of pool.state");
@@ -478,13 +480,14 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     p.features |= SSU_F_HAS_INTER_INDEX;
   }
 
-  // ---- intermediate scales (i16 state with an intermediate buffer) ----------
-  if (i16 && present(a.intermediate_states)) {
+  // ---- intermediate scales (block-scaled state with an intermediate buffer) --
+  if (scaled && present(a.intermediate_states)) {
     const ssu_tensor_t& t = a.intermediate_scales;
     const char* name = "intermediate_scales";
     if (!present(t))
-      fail(SSU_ERROR_NULL_POINTER, "intermediate_scales.data is NULL but pool.state.dtype=i16 with "
-           "intermediate_states needs its decode scales, an (I, T, H, P) f32 buffer");
+      fail(SSU_ERROR_NULL_POINTER, "intermediate_scales.data is NULL but pool.state.dtype=%s with "
+           "intermediate_states needs its decode scales, an (I, T, H, P) f32 buffer",
+           ssu_dtype_name(st.dtype));
     check_rank(t, name, 4, "(I, T, H, P) like intermediate_states");
     if (t.dtype != SSU_DTYPE_F32)
       fail(SSU_ERROR_BAD_DTYPE, "%s.dtype=%s but it must be f32", name, ssu_dtype_name(t.dtype));
@@ -500,11 +503,13 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     p.inter_scale_stride_i = t.strides[0];
     p.inter_scale_stride_t = t.strides[1];
   } else if (present(a.intermediate_scales)) {
-    if (i16)
+    if (scaled)
       fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "intermediate_scales is given without "
-           "intermediate_states; the scales belong to an i16 intermediate buffer");
+           "intermediate_states; the scales belong to a %s intermediate buffer",
+           ssu_dtype_name(st.dtype));
     fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "intermediate_scales is given but pool.state.dtype=%s; "
-         "decode scales belong to i16 (block-scaled) states only", ssu_dtype_name(st.dtype));
+         "decode scales belong to i16, i8 and f8e4m3 (block-scaled) states only",
+         ssu_dtype_name(st.dtype));
   }
 
   // ---- stochastic rounding ---------------------------------------------------
@@ -514,9 +519,12 @@ ssu_update_params normalize_update(const ssu_update_args_t* args_in) {
     fail(SSU_ERROR_INVALID_ARGUMENT, "rounding_rounds=%u but Philox rounds must be 1..32 (0 means "
          "10)", a.rounding_rounds);
   if (a.rounding_seed) {
-    if (st.dtype != SSU_DTYPE_F16 && st.dtype != SSU_DTYPE_BF16)
+    // int8 codes always round to nearest: an integer stochastic rounding
+    // is not defined (yet), so a seed with an i8 state is refused.
+    if (st.dtype != SSU_DTYPE_F16 && st.dtype != SSU_DTYPE_BF16 && st.dtype != SSU_DTYPE_F8E4M3)
       fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "rounding_seed is given but pool.state.dtype=%s; "
-           "stochastic rounding applies to f16 and bf16 states only", ssu_dtype_name(st.dtype));
+           "stochastic rounding applies to f16, bf16 and f8e4m3 states only",
+           ssu_dtype_name(st.dtype));
     p.sr_seed = a.rounding_seed;
     p.sr_rounds = a.rounding_rounds == 0 ? 10u : a.rounding_rounds;
     p.features |= SSU_F_STOCHASTIC;

@@ -15,6 +15,15 @@ struct bf16_t {
   uint16_t bits;
 };
 using f16_t = _Float16;
+// An OCP FP8 E4M3 code (ssu_state8.h).
+struct e4m3_t {
+  uint8_t bits;
+};
+
+// The block-scaled state formats: codes plus an f32 decode scale per row.
+inline bool is_scaled_state(int32_t dtype) {
+  return dtype == SSU_DTYPE_I16 || dtype == SSU_DTYPE_I8 || dtype == SSU_DTYPE_F8E4M3;
+}
 
 inline float bits_to_float(uint32_t u) {
   float f;

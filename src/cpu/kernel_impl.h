@@ -20,6 +20,7 @@
 #include "cpu/convert.h"
 #include "cpu/sequence.h"
 #include "ssu_math.h"
+#include "ssu_state8.h"
 #include "ssu_update_params.h"
 
 #ifndef SSU_CPU_NS
@@ -157,8 +158,9 @@ __attribute__((always_inline)) inline float row_step(float* st, const float* Af,
 
 // ---------------------------------------------------------------------------
 // State rows: loads to fp32 and stores of an fp32 row in the pool's dtype.
-// `scale` is the row's decode scale (int16 only); `words` the row's random
-// words when f16 / bf16 stores round stochastically, else null.
+// `scale` is the row's decode scale (block-scaled formats only); `words`
+// the row's random words when f16 / bf16 / e4m3 stores round
+// stochastically, else null.
 
 inline void load_state_row(const float* src, int64_t n, float* dst, float) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -302,6 +304,58 @@ inline void store_state_row(const float* v, int64_t n, int16_t* dst, float* scal
   *scale = 1.0f / enc;
 }
 
+// 8-bit block-scaled rows (ssu_state8.h), scalar: the formats are new and
+// their stores are checked bit for bit against the reference, so both ISA
+// builds run the same plain loops (the compiler may still vectorize them).
+// The row maximum is that of the int16 format (NaN wins).
+inline float row_amax(const float* v, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
+  return amax;
+}
+
+inline void load_state_row(const int8_t* src, int64_t n, float* dst, float scale) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+inline void store_state_row(const float* v, int64_t n, int8_t* dst, float* scale,
+                            const uint32_t*) {
+  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kI8Max);
+  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int8_quantize(v[i], enc);
+  *scale = 1.0f / enc;
+}
+
+// The value of every E4M3 code, decoded once (a load is then a lookup).
+struct E4m3Table {
+  float v[256];
+  E4m3Table() {
+    for (int c = 0; c < 256; ++c) v[c] = ssu_math::e4m3_decode(static_cast<uint8_t>(c));
+  }
+};
+inline const float* e4m3_values() {
+  static const E4m3Table table;
+  return table.v;
+}
+
+inline void load_state_row(const e4m3_t* src, int64_t n, float* dst, float scale) {
+  const float* values = e4m3_values();
+  for (int64_t i = 0; i < n; ++i) dst[i] = values[src[i].bits] * scale;
+}
+// `words`: the elements' random words when the store rounds stochastically.
+inline void store_state_row(const float* v, int64_t n, e4m3_t* dst, float* scale,
+                            const uint32_t* words) {
+  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kE4m3Max);
+  if (ssu_math::e4m3_row_unrepresentable(enc)) {
+    for (int64_t i = 0; i < n; ++i) dst[i].bits = ssu_math::kE4m3Nan;
+  } else if (words) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i].bits = ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v[i], enc), words[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i].bits = ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v[i], enc));
+  }
+  *scale = 1.0f / enc;
+}
+
 // Philox-4x32 (ssu_math::philox4x32) for eight counters at once: both
 // halves of the 32x32-bit products come from the even/odd widening
 // multiplies (pmuludq). (Plain 64-bit vector multiplies by a constant would
@@ -398,7 +452,7 @@ void run_items(const ssu_update_params& p, int64_t rows_per_item, int64_t begin,
   const bool A_pc = f & SSU_F_A_PER_CHANNEL;
   const bool softplus = f & SSU_F_DT_SOFTPLUS;
   const bool has_D = f & SSU_F_HAS_D, has_bias = f & SSU_F_HAS_DT_BIAS, has_z = f & SSU_F_HAS_Z;
-  const bool scaled = p.state_dtype == SSU_DTYPE_I16;
+  const bool scaled = is_scaled_state(p.state_dtype);
   const bool stochastic = f & SSU_F_STOCHASTIC;
   // The seed is read when the update runs (ssu_update_args_t.rounding_seed).
   const uint64_t seed = stochastic ? *p.sr_seed : 0;
@@ -569,6 +623,8 @@ void update_items(const ssu_update_params& p, int64_t rows_per_item, int64_t beg
     case SSU_DTYPE_F32: run_items<float>(p, rows_per_item, begin, end); break;
     case SSU_DTYPE_F16: run_items<f16_t>(p, rows_per_item, begin, end); break;
     case SSU_DTYPE_I16: run_items<int16_t>(p, rows_per_item, begin, end); break;
+    case SSU_DTYPE_I8: run_items<int8_t>(p, rows_per_item, begin, end); break;
+    case SSU_DTYPE_F8E4M3: run_items<e4m3_t>(p, rows_per_item, begin, end); break;
     default: run_items<bf16_t>(p, rows_per_item, begin, end); break;
   }
 }

@@ -405,6 +405,9 @@ class CudaBackend final : public Backend {
   const char* device_name() const override { return name_.c_str(); }
 
   ssu_algorithm_t plan_update(const ssu_update_params& p, ssu_algorithm_t requested) override {
+    if (p.state_dtype == SSU_DTYPE_I8 || p.state_dtype == SSU_DTYPE_F8E4M3)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend does not support i8/f8e4m3 states yet "
+           "(pool.state.dtype=%s); use the CPU backend", ssu_dtype_name(p.state_dtype));
     if (state_dtype_index(p.state_dtype) < 0)
       fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend supports f32, f16, bf16 and i16 states, not %s",
            ssu_dtype_name(p.state_dtype));

@@ -61,6 +61,8 @@ DTYPE_BF16 = 3
 DTYPE_I16 = 4
 DTYPE_I32 = 5
 DTYPE_I64 = 6
+DTYPE_I8 = 7       # 8-bit block-scaled state codes (with a state_scale pool)
+DTYPE_F8E4M3 = 8   # OCP FP8 E4M3 state codes (with a state_scale pool)
 
 BACKEND_AUTO = 0
 BACKEND_CPU = 1

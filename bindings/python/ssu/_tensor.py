@@ -47,13 +47,18 @@ _DTYPE_BY_NAME = {
     "i16": _lib.DTYPE_I16, "int16": _lib.DTYPE_I16,
     "i32": _lib.DTYPE_I32, "int32": _lib.DTYPE_I32,
     "i64": _lib.DTYPE_I64, "int64": _lib.DTYPE_I64,
+    "i8": _lib.DTYPE_I8, "int8": _lib.DTYPE_I8,
+    # E4M3 codes: no numpy dtype, so raw uint8 arrays with dtype="f8e4m3"
+    # (or torch.float8_e4m3fn / ml_dtypes.float8_e4m3fn arrays).
+    "f8e4m3": _lib.DTYPE_F8E4M3, "float8_e4m3fn": _lib.DTYPE_F8E4M3,
 }
 _DTYPE_SIZE = {_lib.DTYPE_F32: 4, _lib.DTYPE_F16: 2, _lib.DTYPE_BF16: 2,
-               _lib.DTYPE_I16: 2, _lib.DTYPE_I32: 4, _lib.DTYPE_I64: 8}
+               _lib.DTYPE_I16: 2, _lib.DTYPE_I32: 4, _lib.DTYPE_I64: 8,
+               _lib.DTYPE_I8: 1, _lib.DTYPE_F8E4M3: 1}
 
 # typestr (array interface) -> dtype, for the unambiguous ones.
 _TYPESTR = {"<f4": _lib.DTYPE_F32, "<i2": _lib.DTYPE_I16, "<i4": _lib.DTYPE_I32,
-            "<i8": _lib.DTYPE_I64}
+            "<i8": _lib.DTYPE_I64, "|i1": _lib.DTYPE_I8}
 
 
 def dtype_code(dtype):
@@ -67,7 +72,8 @@ def dtype_code(dtype):
     try:
         return _DTYPE_BY_NAME[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of f32, f16, bf16, i16, i32, i64") from None
+        raise ValueError(f"unknown dtype {dtype!r}; use one of f32, f16, bf16, i16, i32, i64, "
+                         "i8, f8e4m3") from None
 
 
 class tensor:
@@ -152,8 +158,8 @@ def _dl_dtype(dt, override, what):
         return _lib.DTYPE_F16
     if code == _DL_BFLOAT and bits == 16:
         return _lib.DTYPE_BF16
-    if code == _DL_INT and bits in (16, 32, 64):
-        return {16: _lib.DTYPE_I16, 32: _lib.DTYPE_I32, 64: _lib.DTYPE_I64}[bits]
+    if code == _DL_INT and bits in (8, 16, 32, 64):
+        return {8: _lib.DTYPE_I8, 16: _lib.DTYPE_I16, 32: _lib.DTYPE_I32, 64: _lib.DTYPE_I64}[bits]
     raise TypeError(f"{what}: DLPack dtype (code={code}, bits={bits}) is not supported by libssu")
 
 
@@ -273,6 +279,8 @@ def _from_numpy(a, override, buf, off, writable, what):
     if fast is None or (override is not None and override != fast[0]):
         if override is None and a.dtype.name == "bfloat16":
             override = _lib.DTYPE_BF16  # ml_dtypes.bfloat16 arrays
+        if override is None and a.dtype.name == "float8_e4m3fn":
+            override = _lib.DTYPE_F8E4M3  # ml_dtypes.float8_e4m3fn arrays
         _from_interface(a.__array_interface__, override, buf, off, writable, what, cuda=False)
         return
     if writable and not a.flags.writeable:
