@@ -158,6 +158,10 @@ pub enum DType {
     I16,
     I32,
     I64,
+    /// int8 codes of a block-scaled state (with its f32 row scales).
+    I8,
+    /// OCP FP8 E4M3 codes of a block-scaled state (with its f32 row scales).
+    F8E4M3,
 }
 
 impl DType {
@@ -170,6 +174,8 @@ impl DType {
             DType::I16 => sys::SSU_DTYPE_I16,
             DType::I32 => sys::SSU_DTYPE_I32,
             DType::I64 => sys::SSU_DTYPE_I64,
+            DType::I8 => sys::SSU_DTYPE_I8,
+            DType::F8E4M3 => sys::SSU_DTYPE_F8E4M3,
         }
     }
 
