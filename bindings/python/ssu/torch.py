@@ -48,7 +48,11 @@ _Tensor = torch.Tensor
 _DTYPES = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
            torch.bfloat16: _lib.DTYPE_BF16, torch.int16: _lib.DTYPE_I16,
            torch.int32: _lib.DTYPE_I32, torch.int64: _lib.DTYPE_I64,
-           torch.uint64: _lib.DTYPE_I64}
+           torch.uint64: _lib.DTYPE_I64, torch.int8: _lib.DTYPE_I8}
+# E4M3 codes (OCP FP8, torch's float8_e4m3fn) for the 8-bit block-scaled
+# state; older torch builds have no such dtype.
+if hasattr(torch, "float8_e4m3fn"):
+    _DTYPES[torch.float8_e4m3fn] = _lib.DTYPE_F8E4M3
 
 # ---------------------------------------------------------------------------
 # Contexts and streams
@@ -169,7 +173,8 @@ def _dtype_code(t, name, op):
     code = _DTYPES.get(t.dtype)
     if code is None:
         raise TypeError(f"ssu.torch.{op.name}: {name} has dtype {t.dtype}, which libssu does "
-                        f"not take (float32, float16, bfloat16, int16, int32, int64)")
+                        f"not take (float32, float16, bfloat16, int16, int8, float8_e4m3fn, "
+                        f"int32, int64)")
     return code
 
 
@@ -762,8 +767,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     longest sequence allowed (default: the width of a 2-D index or of the
     intermediate buffer, else TT). intermediate_states_buffer (I, T, H, P, N)
     receives the state after every token at row intermediate_state_indices[b].
-    state_scale (S, H, P) float32 accompanies an int16 state (and
-    intermediate_state_scales an int16 intermediate buffer). rand_seed (an int,
+    state_scale (S, H, P) float32 accompanies an int16, int8 or
+    float8_e4m3fn state (and intermediate_state_scales such an intermediate
+    buffer); the 8-bit states run on the CPU backend only so far. rand_seed (an int,
     or a one-element int64 tensor the library reads when it runs) turns on
     stochastic rounding of f16/bf16 state stores with philox_rounds rounds.
     out defaults to a new tensor like x. Raises SsuError with the library's

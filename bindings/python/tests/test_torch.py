@@ -276,6 +276,42 @@ def test_int16_pool_with_state_scale(device):
         "every stored row decodes to the reference within half a quantization step"
 
 
+@pytest.mark.parametrize("fmt", ["int8", "e4m3"])
+def test_8bit_pool_with_state_scale(device, fmt):
+    """int8 and float8_e4m3fn pools with per-row scales: on the CPU the
+    stored rows decode to the f32 reference within the format's tolerance
+    (int8: 2 decode scales; e4m3: 2^-3 relative plus 2 subnormal steps);
+    the CUDA backend refuses them at plan creation, naming the dtype."""
+    if fmt == "e4m3" and not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8_e4m3fn")
+    g = gen(17)
+    a = mamba2_inputs(g, device, torch.float32)
+    f32_state = a["state"]
+    qmax = 127.0 if fmt == "int8" else 448.0
+    amax = f32_state.abs().amax(dim=-1, keepdim=True)
+    scale = (amax / qmax).squeeze(-1).contiguous()
+    scaled = f32_state / (amax / qmax)
+    q = torch.round(scaled).to(torch.int8) if fmt == "int8" else scaled.to(torch.float8_e4m3fn)
+    a["state"] = q
+    a["state_scale"] = scale
+    if device == "cuda":
+        with pytest.raises(ssu.SsuError, match="does not support"):
+            ssut.selective_state_update(**a)
+        return
+    plain = {k: v for k, v in a.items() if k != "state_scale"}
+    want_state, want_out = ref_step(**dict(plain, state=q.double() * scale.double()[..., None]))
+    out = ssut.selective_state_update(**a)
+    assert_close(out, want_out, torch.bfloat16, "out")
+    new_scale = a["state_scale"].double()[..., None]
+    decoded = a["state"].double() * new_scale
+    err = (decoded - want_state).abs()
+    if fmt == "int8":
+        bound = 2 * new_scale + 1e-6
+    else:
+        bound = want_state.abs() * 2.0 ** -3 + 2 * 2.0 ** -9 * new_scale + 1e-6
+    assert torch.all(err <= bound), "every stored row decodes within the format's tolerance"
+
+
 def test_stochastic_rounding_seed(device):
     """rand_seed as an int or a tensor: bf16 pool stores within one bf16 ulp
     of the f32 result, differing between seeds, identical for one seed."""
