@@ -798,7 +798,8 @@ int main(int argc, char** argv) {
       api_fail(("ssu_plan_create_update (" + f.name + ")").c_str(), st);
   }
 
-  const std::vector<int64_t> table = {1, 10, 100, 500, 1000, 2000};
+  // The table's steps; a longer run adds rows past the default 2000.
+  const std::vector<int64_t> table = {1, 10, 100, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
   std::vector<int64_t> table_steps;
   for (int64_t k : table)
     if (k <= o.steps) table_steps.push_back(k);
