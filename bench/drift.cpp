@@ -275,7 +275,6 @@ std::vector<double> e4m3_table() {
 
 struct Shape {
   int64_t Bt, H, P, N, G;
-  int64_t HPN() const { return H * P * N; }
   int64_t rows() const { return Bt * H * P; }    // state rows (b, h, p)
   int64_t elements() const { return rows() * N; }
 };
@@ -294,9 +293,9 @@ ssu_tensor_t tensor(void* data, ssu_dtype_t dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-// Per-head parameters (f32, what the library reads) and one step's inputs,
-// each both as the library's tensor bytes and as exact doubles for the
-// reference.
+// Per-head parameters and one step's inputs as the library reads them: f32
+// values (each exact in double for the reference), and for bf16 inputs the
+// bf16 bits of the same values.
 struct Params {
   std::vector<float> A, D, dt_bias;  // (H,)
 };
