@@ -16,9 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "ssu.h"
 
 namespace {
+
+using bench_cli::parse_double;
+using bench_cli::parse_positive;
+using bench_cli::shell_quote;
+using bench_cli::usage_error;
 
 const char kUsage[] =
     "usage: ssu-drift [options]\n"
@@ -87,38 +93,6 @@ struct Options {
   std::string json;
   std::string command_line;
 };
-
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "ssu-drift: %s\n(run ssu-drift --help for the options)\n", msg.c_str());
-  std::exit(2);
-}
-
-int64_t parse_positive(const std::string& opt, const std::string& v) {
-  errno = 0;
-  char* end = nullptr;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || n <= 0)
-    usage_error(opt + " needs a positive integer, got '" + v + "'");
-  return n;
-}
-
-double parse_double(const std::string& opt, const std::string& v) {
-  errno = 0;
-  char* end = nullptr;
-  const double d = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || errno != 0 || !std::isfinite(d))
-    usage_error(opt + " needs a number, got '" + v + "'");
-  return d;
-}
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                        "0123456789-_=./,:+@%") == std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
 const char* const kAllFormats[] = {"f32", "bf16", "bf16-sr", "f16", "f16-sr",
                                    "i16", "i8",   "e4m3",    "e4m3-sr"};
@@ -757,6 +731,7 @@ void print_tables(const std::vector<Format>& formats, const std::vector<int64_t>
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench_cli::program() = "ssu-drift";
   const Options o = parse_args(argc, argv);
   const Shape s{o.batch, o.heads, o.dim, o.dstate, o.groups};
 

@@ -17,11 +17,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "bench_device.h"
 #include "ssu.h"
 
 
 namespace {
+
+using bench_cli::parse_positive;
+using bench_cli::shell_quote;
+using bench_cli::usage_error;
 
 using namespace ssu_bench;
 
@@ -161,20 +166,6 @@ struct Options {
   std::string command_line;
 };
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "ssu-bench: %s\n(run ssu-bench --help for the options)\n", msg.c_str());
-  std::exit(2);
-}
-
-int64_t parse_positive(const std::string& opt, const std::string& v) {
-  errno = 0;
-  char* end = nullptr;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || n <= 0)
-    usage_error(opt + " needs a positive integer, got '" + v + "'");
-  return n;
-}
-
 ssu_dtype_t parse_float_dtype(const std::string& opt, const std::string& v) {
   if (v == "f32" || v == "fp32" || v == "float32") return SSU_DTYPE_F32;
   if (v == "bf16" || v == "bfloat16") return SSU_DTYPE_BF16;
@@ -188,15 +179,6 @@ ssu_dtype_t parse_state_dtype(const std::string& opt, const std::string& v) {
       v == "f16" || v == "fp16" || v == "float16")
     return parse_float_dtype(opt, v);
   usage_error(opt + " must be f32, bf16, f16 or i16, got '" + v + "'");
-}
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                        "0123456789-_=./,:+@%") == std::string::npos)
-    return s;
-  std::string q = "'";
-  for (char c : s) q += (c == '\'') ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
 }
 
 Options parse_args(int argc, char** argv) {

@@ -1186,18 +1186,6 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
 #pragma unroll
     for (int k = 0; k < KC; ++k)
       if (k < kc) load_vec<IT, VEC>(s_C + (l8 + 8 * k) * VEC, c0 + k * VEC);
-    auto row_dot0 = [&](const float* v) {
-      float dot = 0.f;
-#pragma unroll
-      for (int k = 0; k < KC; ++k)
-        if (k < kc)
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], c0[k * VEC + i], dot);
-      dot += __shfl_xor_sync(kAll, dot, 4);
-      dot += __shfl_xor_sync(kAll, dot, 2);
-      dot += __shfl_xor_sync(kAll, dot, 1);
-      return dot;
-    };
     // DEPTH row steps at a time: each lane's partial dot of every step, the
     // next steps' loads, then one transposing reduction over the row's 8
     // lanes (DEPTH values in DEPTH - 1 + log2(8 / DEPTH) shuffles, not
