@@ -43,6 +43,32 @@ inline double parse_double(const std::string& opt, const std::string& v) {
   return d;
 }
 
+// Argument *i of argv as an option: its name, and its value either inline
+// (--name=value) or the next argument (which value() consumes, moving *i).
+struct Option {
+  std::string name;
+  Option(int argc, char** argv, int* i) : name(argv[*i]), argc_(argc), argv_(argv), i_(i) {
+    const size_t eq = name.find('=');
+    if (name.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value_ = name.substr(eq + 1);
+      name.resize(eq);
+      has_inline_ = true;
+    }
+  }
+  std::string value() const {
+    if (has_inline_) return inline_value_;
+    if (*i_ + 1 >= argc_) usage_error(name + " needs a value");
+    return argv_[++*i_];
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int* i_;
+  std::string inline_value_;
+  bool has_inline_ = false;
+};
+
 // s as one shell word (the command line a results file records).
 inline std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

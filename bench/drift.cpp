@@ -104,19 +104,9 @@ Options parse_args(int argc, char** argv) {
     o.command_line += shell_quote(argv[i]);
   }
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], val;
-    bool has_inline = false;
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      val = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_inline = true;
-    }
-    auto value = [&]() -> std::string {
-      if (has_inline) return val;
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
+    bench_cli::Option opt(argc, argv, &i);
+    const std::string& a = opt.name;
+    auto value = [&] { return opt.value(); };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);

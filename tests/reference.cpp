@@ -172,19 +172,28 @@ uint16_t ref_f16_sr(float value, uint32_t rnd) {
   return uint16_t((sign << 15) | (uint32_t(exp16) << 10) | man10);
 }
 
-QuantizedRow ref_quantize_row(const float* v, int64_t n) {
-  QuantizedRow r;
-  r.q.assign(size_t(n), 0);
+// A block-scaled row's largest finite magnitude (*amax), or false with the
+// scale such a row stores (NaN if it holds a NaN, else Inf if it holds an
+// Inf) in *nonfinite_scale: the int16 and 8-bit formats share this rule.
+static bool row_finite_amax(const float* v, int64_t n, float* amax, float* nonfinite_scale) {
   bool has_nan = false, has_inf = false;
-  float amax = 0.0f;
+  *amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     if (std::isnan(v[i])) has_nan = true;
     else if (std::isinf(v[i])) has_inf = true;
-    else amax = std::max(amax, std::fabs(v[i]));
+    else *amax = std::max(*amax, std::fabs(v[i]));
   }
-  if (has_nan || has_inf) {
-    r.scale = has_nan ? std::numeric_limits<float>::quiet_NaN()
-                      : std::numeric_limits<float>::infinity();
+  if (!has_nan && !has_inf) return true;
+  *nonfinite_scale = has_nan ? std::numeric_limits<float>::quiet_NaN()
+                             : std::numeric_limits<float>::infinity();
+  return false;
+}
+
+QuantizedRow ref_quantize_row(const float* v, int64_t n) {
+  QuantizedRow r;
+  r.q.assign(size_t(n), 0);
+  float amax = 0.0f;
+  if (!row_finite_amax(v, n, &amax, &r.scale)) {
     return r;
   }
   const float enc = amax == 0.0f ? 1.0f : 32767.0f / amax;
@@ -287,16 +296,8 @@ QuantizedRow8 ref_quantize_row8(const float* v, int64_t n, ssu_dtype_t dtype,
   const bool fp8 = dtype == SSU_DTYPE_F8E4M3;
   QuantizedRow8 r;
   r.q.assign(size_t(n), 0);
-  bool has_nan = false, has_inf = false;
   float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    if (std::isnan(v[i])) has_nan = true;
-    else if (std::isinf(v[i])) has_inf = true;
-    else amax = std::max(amax, std::fabs(v[i]));
-  }
-  if (has_nan || has_inf) {
-    r.scale = has_nan ? std::numeric_limits<float>::quiet_NaN()
-                      : std::numeric_limits<float>::infinity();
+  if (!row_finite_amax(v, n, &amax, &r.scale)) {
     if (fp8) r.q.assign(size_t(n), 0x7f);
     return r;
   }
