@@ -10,7 +10,8 @@
 # BENCH=0 the benchmarks, ITERS (default 30), BATCHES (default 1,8,64,512),
 # SWEEP="VAR=v1,v2 ..." reruns the f32 / bf16 benchmarks once per value of
 # each environment variable (tuning knobs such as SSU_CUDA_REPLAY_PREFETCH),
-# NCU_BATCHES (default 1,8,64) the batches NCU=1 profiles (f32 and bf16).
+# NCU_BATCHES (default 1,8,64) the batches NCU=1 profiles, NCU_DTYPES (default
+# "f32 bf16") the state dtypes, NCU_COUNT (default 16) the launches timed.
 # Writes OUTDIR/replay.log (everything) and OUTDIR/bench.json; prints a short
 # table last.
 set -uo pipefail
@@ -73,16 +74,17 @@ if [ "${BENCH:-1}" != 0 ]; then
 fi
 
 if [ "${NCU:-0}" != 0 ] && command -v ncu >/dev/null; then
-  for sd in f32 bf16; do
+  for sd in ${NCU_DTYPES:-f32 bf16}; do
     for b in ${NCU_BATCHES:-1 8 64}; do
       # One warm-up cycle is skipped; the next cycle's 16 replay launches.
-      ncu --kernel-name "regex:ssu_replay" --launch-skip 16 --launch-count 16 \
+      ncu --kernel-name "regex:ssu_replay" --launch-skip 16 --launch-count ${NCU_COUNT:-16} \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         --csv "$build/bench/ssu-bench" --backend cuda --replay 16 --state-dtype $sd \
         --batch $b --iters 2 > "$out/ncu-$sd-b$b.csv" 2>&1
       python3 - "$out/ncu-$sd-b$b.csv" "$sd b$b" <<'EOF' | tee -a "$out/summary.txt"
 import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+rows = list(csv.reader(open(sys.argv[1])))
+rows = rows[next((i for i, r in enumerate(rows) if r[:1] == ["ID"]), len(rows)):]
 if not rows: print(sys.argv[2], "ncu: no rows"); sys.exit()
 hdr = rows[0]; ki = hdr.index("Kernel Name"); mi = hdr.index("Metric Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit"); ii = hdr.index("ID")
 by = {}
