@@ -181,6 +181,11 @@ typedef struct ssu_cuda_replay_launch {
   int32_t warp_slice; /* warp-per-head kernels: bytes of shared memory per
                          warp; the offsets above are within a warp's slice
                          (rows = P, no tile)                             */
+  int32_t group_share; /* warp-per-head kernels: 1 = a block's warps are
+                          heads of one group and share its committed B
+                          entries and B . C dots (below; off_Br unused)   */
+  int32_t off_group_B;   /* block-level: [L][N] committed B, input dtype  */
+  int32_t off_group_dot; /* block-level: [T][E] B_j . C_t                 */
   int32_t prefetch_steps; /* warp-per-head kernels: row steps (4 rows) asked
                              of L2 ahead of the one being read; <= the
                              register depth: none                        */

@@ -865,6 +865,60 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 }
 
 
+// replay_weights for a block whose warps are heads of one group (warp
+// kernels, L.group_share): the block computes the T x E dots B_j . C_t once
+// into s_gdot (eight lanes each; every warp's own s_Bt and s_C hold the same
+// group's values), then each warp its head's weights from them. Every
+// thread of the block calls it.
+template <typename IT>
+__device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* s_Bt,
+                                                      const IT* s_C, const float* s_delta,
+                                                      float A_h, int c, int T, int N,
+                                                      float* s_gdot, float* s_coef, int lane) {
+  const int E = c + T;
+  const int tid = threadIdx.x, l8 = tid & 7;
+  const bool vec4 = N % 4 == 0;
+  for (int base = 0; base < T * E; base += SSU_CUDA_REPLAY_THREADS / 8) {
+    const int q = min(base + (tid >> 3), T * E - 1);
+    const int t = q / E, j = q - t * E;
+    const IT* const Bj = j < c ? s_Br + j * N : s_Bt + (j - c) * N;
+    const IT* const Ct = s_C + t * N;
+    float dot = 0.f;
+    if (vec4) {
+      for (int n = l8 * 4; n < N; n += 32) {
+        const float4 bq = load4(Bj + n), cq = load4(Ct + n);
+        dot = __fmaf_rn(bq.x, cq.x, dot);
+        dot = __fmaf_rn(bq.y, cq.y, dot);
+        dot = __fmaf_rn(bq.z, cq.z, dot);
+        dot = __fmaf_rn(bq.w, cq.w, dot);
+      }
+    } else {
+      for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    if (l8 == 0 && base + (tid >> 3) < T * E) s_gdot[q] = dot;
+  }
+  __syncthreads();
+  for (int q = lane; q < T * E; q += 32) {
+    const int t = q / E, j = q - t * E;
+    float w = 0.f;
+    if (j <= c + t) {
+      float span = 0.f;
+      for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
+      w = ssu_math::exp(A_h * span) * s_delta[j] * s_gdot[q];
+    }
+    s_coef[q] = w;
+  }
+  float* const s_dec = s_coef + T * E;
+  for (int t = lane; t < T; t += 32) {
+    float span = 0.f;
+    for (int i = 0; i <= c + t; ++i) span += s_delta[i];
+    s_dec[t] = ssu_math::exp(A_h * span);
+  }
+}
+
 // ---- one warp per (sequence, head) ------------------------------------------
 // The kernels above stage a block's checkpoint tile in shared memory and
 // synchronize four warps at every phase; at serving batch their barriers
@@ -914,7 +968,11 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // This warp's slice of shared memory (offsets as for the block kernels,
   // with rows = P, within a slice of L.warp_slice bytes).
   unsigned char* const ws = smem + static_cast<int64_t>(warp) * L.warp_slice;
-  IT* const s_Br = reinterpret_cast<IT*>(ws + L.off_Br);  // [L][N] committed B
+  // [L][N] committed B: the block's, shared by its warps (L.group_share),
+  // or the warp's own.
+  const bool share = L.group_share;
+  IT* const s_Br = share ? reinterpret_cast<IT*>(smem + L.off_group_B)
+                         : reinterpret_cast<IT*>(ws + L.off_Br);
   IT* const s_Bt = reinterpret_cast<IT*>(ws + L.off_Bt);  // [T][N]
   IT* const s_C = reinterpret_cast<IT*>(ws + L.off_C);    // [T][N]
   IT* const s_xr = reinterpret_cast<IT*>(ws + L.off_xr);  // [L][P] committed x
@@ -1022,9 +1080,15 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const bool closed = !flush;
 
   // ---- 3. the committed ring entries ------------------------------------------
-  stage_async<IT, 32>(s_Br, static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
-                                g * rp.ring_B_stride_g,
-                      rp.ring_B_stride_l, c, N, lane);
+  {
+    const IT* const B_ring =
+        static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s + g * rp.ring_B_stride_g;
+    if (share)  // every warp of the block has the same sequence, slot and c
+      stage_async<IT, SSU_CUDA_REPLAY_THREADS>(s_Br, B_ring, rp.ring_B_stride_l, c, N,
+                                               threadIdx.x);
+    else
+      stage_async<IT, 32>(s_Br, B_ring, rp.ring_B_stride_l, c, N, lane);
+  }
   stage_async<IT, 32>(s_xr, static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
                                 h * rp.ring_x_stride_h,
                       rp.ring_x_stride_l, c, P, lane);
@@ -1037,7 +1101,10 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     s_dA[j] = ssu_math::exp(A_h * d);
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
-  __syncwarp();
+  if (share)
+    __syncthreads();
+  else
+    __syncwarp();
 
   // Every ring entry and counter this warp reads is read: count it in.
   int arrived = 0;
@@ -1055,7 +1122,13 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
                           rp.ring_x_stride_l, s_xt, T, P, lane);
 
   // ---- closed form: the weights of the committed entries and tokens -------
-  if (closed) replay_weights<IT, 32>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N, s_coef, lane);
+  if (closed) {  // (uniform over the block: one sequence)
+    if (share)
+      replay_weights_shared<IT>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N,
+                                reinterpret_cast<float*>(smem + L.off_group_dot), s_coef, lane);
+    else
+      replay_weights<IT, 32>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N, s_coef, lane);
+  }
 
   // ---- rows -----------------------------------------------------------------
   // A lane's elements of row step rs as fp32 (decode scale applied when asked).

@@ -243,6 +243,10 @@ class CudaBackend final : public Backend {
       // row steps (measurements; 0 turns it off).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_PREFETCH"))
         replay_prefetch_ = std::max(0, std::min(64, std::atoi(e)));
+      // SSU_CUDA_REPLAY_GROUP_SHARE=0: every warp stages its group's B
+      // entries and computes the B . C dots itself (measurements).
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_GROUP_SHARE"))
+        replay_group_share_ = std::atoi(e) != 0;
       for (int si = 0; si < kStateDtypes; ++si)
         for (int i = 0; i < 3; ++i) {
           replay_fn_[si][i] = load_streaming_kernel(
@@ -571,8 +575,21 @@ class CudaBackend final : public Backend {
     const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
     const int64_t chunks = p.dstate * sb / 16;
     if (chunks % 8 != 0 || chunks / 8 > 16 / (16 / sb)) return -1;
-    const int64_t slice = align16(replay_smem(rp, static_cast<int>(p.dim), L, false));
-    const int64_t need = slice * SSU_CUDA_REPLAY_WARPS;
+    // A block's warps are consecutive heads of one sequence; when they are
+    // of one group too, the block stages the group's committed B entries
+    // and computes the B . C dots once, in a region after the warps' slices.
+    const bool share = replay_group_share_ && p.heads_per_group % SSU_CUDA_REPLAY_WARPS == 0;
+    const int64_t slice = align16(replay_smem(rp, static_cast<int>(p.dim), L, false, !share));
+    int64_t need = slice * SSU_CUDA_REPLAY_WARPS;
+    L->group_share = share ? 1 : 0;
+    if (share) {
+      const int64_t ib = dtype_bytes(dtype_index(p.input_dtype));
+      const int64_t T = p.ntokens, Lr = rp.ring_len;
+      L->off_group_B = static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX));
+      need = align16(need + Lr * p.dstate * ib);
+      L->off_group_dot = static_cast<int32_t>(std::min<int64_t>(need, INT32_MAX));
+      need = align16(need + T * (Lr + T) * 4);
+    }
     if (slice > INT32_MAX || need > max_smem_ || 2 * need > smem_per_sm_) return -1;
     L->lanes_per_row = 8;
     L->warp_slice = static_cast<int32_t>(slice);
@@ -582,9 +599,10 @@ class CudaBackend final : public Backend {
 
   // Fills the geometry and shared-memory offsets of a replay launch with
   // `rows` rows per block; returns the dynamic shared memory it needs.
-  // (with_tile false: no checkpoint tile, for the warp-per-head kernels.)
+  // (with_tile false: no checkpoint tile, for the warp-per-head kernels;
+  // with_ring_B false: no committed B entries, which the block shares.)
   int64_t replay_smem(const ssu_replay_params& rp, int rows, ssu_cuda_replay_launch* L,
-                      bool with_tile = true) const {
+                      bool with_tile = true, bool with_ring_B = true) const {
     const ssu_update_params& p = rp.u;
     const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
     const int chunks = static_cast<int>(p.dstate) * sb / 16;
@@ -604,7 +622,7 @@ class CudaBackend final : public Backend {
     // The checkpoint tile first (per-head step size and A only).
     const bool closed_form = !dt_pc && !(p.features & SSU_F_A_PER_CHANNEL);
     L->off_tile = put_bytes(closed_form && with_tile ? int64_t(rows) * N * sb : 0);
-    L->off_Br = put_bytes(Lr * N * ib);
+    L->off_Br = put_bytes(with_ring_B ? Lr * N * ib : 0);
     L->off_Bt = put_bytes(T * N * ib);
     L->off_C = put_bytes(T * N * ib);
     L->off_xr = put_bytes(Lr * rows * ib);
@@ -1096,6 +1114,7 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kReplayWarpMinItemsPerSm = 24;
   int replay_max_rows_ = 0;
   int replay_prefetch_ = 6;  // SSU_CUDA_REPLAY_PREFETCH
+  bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
   int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
