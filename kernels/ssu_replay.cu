@@ -868,15 +868,31 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
 // replay_weights for a block whose warps are heads of one group (warp
 // kernels, L.group_share): the block computes the T x E dots B_j . C_t once
 // into s_gdot (eight lanes each; every warp's own s_Bt and s_C hold the same
-// group's values), then each warp its head's weights from them. Every
-// thread of the block calls it.
+// group's values), then each warp its head's weights from them, with the
+// spans taken as differences of prefix sums S_j = delta_0 + ... + delta_j
+// (a warp scan into s_S): one exp per weight and no loop over its span,
+// which the outputs' tolerance allows. Every thread of the block calls it.
 template <typename IT>
 __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* s_Bt,
                                                       const IT* s_C, const float* s_delta,
-                                                      float A_h, int c, int T, int N,
-                                                      float* s_gdot, float* s_coef, int lane) {
+                                                      float* s_S, float A_h, int c, int T,
+                                                      int N, float* s_gdot, float* s_coef,
+                                                      int lane) {
   const int E = c + T;
   const int tid = threadIdx.x, l8 = tid & 7;
+  float carry = 0.f;
+  for (int base = 0; base < E; base += 32) {
+    const int j = base + lane;
+    float v = j < E ? s_delta[j] : 0.f;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += u;
+    }
+    v += carry;
+    if (j < E) s_S[j] = v;
+    carry = __shfl_sync(0xffffffffu, v, 31);
+  }
   const bool vec4 = N % 4 == 0;
   for (int base = 0; base < T * E; base += SSU_CUDA_REPLAY_THREADS / 8) {
     const int q = min(base + (tid >> 3), T * E - 1);
@@ -900,23 +916,15 @@ __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* 
     dot += __shfl_xor_sync(0xffffffffu, dot, 1);
     if (l8 == 0 && base + (tid >> 3) < T * E) s_gdot[q] = dot;
   }
-  __syncthreads();
+  __syncthreads();  // s_gdot (and this warp's s_S)
   for (int q = lane; q < T * E; q += 32) {
     const int t = q / E, j = q - t * E;
-    float w = 0.f;
-    if (j <= c + t) {
-      float span = 0.f;
-      for (int i = j + 1; i <= c + t; ++i) span += s_delta[i];
-      w = ssu_math::exp(A_h * span) * s_delta[j] * s_gdot[q];
-    }
-    s_coef[q] = w;
+    s_coef[q] = j <= c + t
+                    ? ssu_math::exp(A_h * (s_S[c + t] - s_S[j])) * s_delta[j] * s_gdot[q]
+                    : 0.f;
   }
   float* const s_dec = s_coef + T * E;
-  for (int t = lane; t < T; t += 32) {
-    float span = 0.f;
-    for (int i = 0; i <= c + t; ++i) span += s_delta[i];
-    s_dec[t] = ssu_math::exp(A_h * span);
-  }
+  for (int t = lane; t < T; t += 32) s_dec[t] = ssu_math::exp(A_h * s_S[c + t]);
 }
 
 // ---- one warp per (sequence, head) ------------------------------------------
@@ -1124,7 +1132,8 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // ---- closed form: the weights of the committed entries and tokens -------
   if (closed) {  // (uniform over the block: one sequence)
     if (share)
-      replay_weights_shared<IT>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N,
+      // (s_dA, the fold's, holds the prefix sums here: an append does not fold.)
+      replay_weights_shared<IT>(s_Br, s_Bt, s_C, s_delta, s_dA, A_h, c, T, N,
                                 reinterpret_cast<float*>(smem + L.off_group_dot), s_coef, lane);
     else
       replay_weights<IT, 32>(s_Br, s_Bt, s_C, s_delta, A_h, c, T, N, s_coef, lane);
