@@ -57,9 +57,9 @@ const char kUsage[] =
     "  --backend auto|cpu|cuda  backend (default auto: CUDA if usable, else CPU)\n"
     "  --batch LIST             comma-separated batch sizes (default CPU\n"
     "                           1,2,4,8,16,32,64; CUDA 1,2,...,512)\n"
-    "  --state-dtype f32|bf16|f16|i16   state pool dtype (default f32); i16 is the\n"
-    "                           block-scaled int16 pool with its f32 scale pool\n"
-    "                           (S, H, P)\n"
+    "  --state-dtype f32|bf16|f16|i16|i8|f8e4m3   state pool dtype (default f32);\n"
+    "                           i16, i8 and f8e4m3 are the block-scaled pools\n"
+    "                           with their f32 scale pool (S, H, P)\n"
     "  --input-dtype f32|bf16|f16   x, B, C, z, out dtype (default bf16)\n"
     "  --heads H  --dim P  --dstate N  --groups G   shape (default 128 64 128 8)\n"
     "  --tokens T               T tokens per sequence (multi-token form, final\n"
@@ -67,9 +67,9 @@ const char kUsage[] =
     "  --mamba1                 Mamba-1 preset: H=G=1, P=5120, N=16, A (1,P,N),\n"
     "                           dt (Bt,1,P), D and dt_bias (1,P), f32 state;\n"
     "                           options given explicitly still apply\n"
-    "  --sr                     stochastic rounding of the f16/bf16 state stores\n"
-    "                           (a fixed uint64 seed in device memory; the state\n"
-    "                           dtype defaults to bf16)\n"
+    "  --sr                     stochastic rounding of the f16/bf16/f8e4m3 state\n"
+    "                           stores (a fixed uint64 seed in device memory; the\n"
+    "                           state dtype defaults to bf16)\n"
     "  --sr-compare             time round-to-nearest and stochastic rounding back\n"
     "                           to back on the same data for each batch and print\n"
     "                           the overhead of stochastic rounding in percent\n"
@@ -102,7 +102,8 @@ const char kUsage[] =
     "\n"
     "Bytes that must move per call (sizes in bytes of each tensor's dtype):\n"
     "  state  Bt*H*P*N*sizeof(state)*2              (read once, written once)\n"
-    "  scales Bt*H*P*4*2      (i16 state only: the f32 scale pool, read and written)\n"
+    "  scales Bt*H*P*4*2      (i16, i8, f8e4m3 states: the f32 scale pool, read and\n"
+    "                         written)\n"
     "  x, z, out  Bt*T*H*P*sizeof(input) each\n"
     "  B, C   Bt*T*G*N*sizeof(input) each\n"
     "  dt     Bt*T*H*sizeof(dt)   (per channel: Bt*T*H*P*sizeof(dt))\n"
@@ -175,10 +176,17 @@ ssu_dtype_t parse_float_dtype(const std::string& opt, const std::string& v) {
 
 ssu_dtype_t parse_state_dtype(const std::string& opt, const std::string& v) {
   if (v == "i16" || v == "int16") return SSU_DTYPE_I16;
+  if (v == "i8" || v == "int8") return SSU_DTYPE_I8;
+  if (v == "f8e4m3" || v == "e4m3" || v == "float8_e4m3fn") return SSU_DTYPE_F8E4M3;
   if (v == "f32" || v == "fp32" || v == "float32" || v == "bf16" || v == "bfloat16" ||
       v == "f16" || v == "fp16" || v == "float16")
     return parse_float_dtype(opt, v);
-  usage_error(opt + " must be f32, bf16, f16 or i16, got '" + v + "'");
+  usage_error(opt + " must be f32, bf16, f16, i16, i8 or f8e4m3, got '" + v + "'");
+}
+
+// The block-scaled state dtypes: codes plus an f32 decode scale per row.
+bool is_scaled(ssu_dtype_t d) {
+  return d == SSU_DTYPE_I16 || d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3;
 }
 
 Options parse_args(int argc, char** argv) {
@@ -279,8 +287,9 @@ Options parse_args(int argc, char** argv) {
     if (o.sr || o.sr_compare) usage_error("the Mamba-3 step has no stochastic rounding");
     if (set_tokens && o.tokens != 1) usage_error("the Mamba-3 step takes one token (--tokens 1)");
     if (set_groups) usage_error("--groups does not apply to --mamba3 (B and C are per head)");
-    if (o.state_dtype == SSU_DTYPE_I16)
-      usage_error("the Mamba-3 step has no int16 state (f32, bf16 or f16)");
+    if (is_scaled(o.state_dtype))
+      usage_error("the Mamba-3 step has no " + std::string(ssu_dtype_name(o.state_dtype)) +
+                  " state (f32, bf16 or f16)");
     if (!set_heads) o.heads = 64;
     if (!set_dim) o.dim = 64;
     if (!set_dstate) o.dstate = 128;
@@ -289,8 +298,9 @@ Options parse_args(int argc, char** argv) {
   if (set_rank) usage_error("--rank applies to --mamba3 only");
   if (o.sr || o.sr_compare) {
     if (!set_state) o.state_dtype = SSU_DTYPE_BF16;
-    if (o.state_dtype != SSU_DTYPE_BF16 && o.state_dtype != SSU_DTYPE_F16)
-      usage_error("stochastic rounding applies to f16 and bf16 states, not " +
+    if (o.state_dtype != SSU_DTYPE_BF16 && o.state_dtype != SSU_DTYPE_F16 &&
+        o.state_dtype != SSU_DTYPE_F8E4M3)
+      usage_error("stochastic rounding applies to f16, bf16 and f8e4m3 states, not " +
                   std::string(ssu_dtype_name(o.state_dtype)));
   }
   if (o.mamba1) {
@@ -542,10 +552,30 @@ void fill_normalish(BenchDevice* dev, Buffer& buf, size_t count, ssu_dtype_t dty
   }
 }
 
+// The OCP FP8 E4M3 code nearest to x (|x| <= 448), ties to the even code:
+// the 127 finite magnitudes in increasing order, searched.
+uint8_t e4m3_nearest(float x) {
+  static const std::vector<float> mags = [] {
+    std::vector<float> m;
+    for (int c = 0; c < 0x7f; ++c) {
+      const int e = c >> 3, f = c & 7;
+      m.push_back(e == 0 ? std::ldexp(float(f), -9) : std::ldexp(1.0f + f / 8.0f, e - 7));
+    }
+    return m;
+  }();
+  const float a = std::fabs(x);
+  size_t c = size_t(std::lower_bound(mags.begin(), mags.end(), a) - mags.begin());
+  if (c == mags.size()) c = mags.size() - 1;
+  if (c > 0 && (a - mags[c - 1] < mags[c] - a || (a - mags[c - 1] == mags[c] - a && c % 2)))
+    --c;
+  return static_cast<uint8_t>((std::signbit(x) ? 0x80u : 0u) | c);
+}
+
 // Fills `rows` state rows of N elements with values spread like a trained
 // state (roughly N(0, 0.5) as the sum of two uniforms, never zero), with a
-// fast generator: pools reach gigabytes on GPUs. An i16 pool gets each row
-// quantized as the library stores it (amax, codes, decode scale in `scale`).
+// fast generator: pools reach gigabytes on GPUs. A block-scaled pool (i16,
+// i8, f8e4m3) gets each row quantized as the library stores it (amax,
+// codes, decode scale in `scale`).
 void fill_state(BenchDevice* dev, Buffer& buf, Buffer* scale, size_t rows, size_t N,
                 ssu_dtype_t dtype, Rng& rng) {
   const size_t chunk_rows = std::max<size_t>(1, (size_t{4} << 20) / N);  // per upload
@@ -558,20 +588,32 @@ void fill_state(BenchDevice* dev, Buffer& buf, Buffer* scale, size_t rows, size_
       const float x = 0.6f * fr.sum2();
       v[i] = x != 0.0f ? x : 0.25f;
     }
-    if (dtype == SSU_DTYPE_I16) {
-      std::vector<int16_t> q(n);
+    if (is_scaled(dtype)) {
+      const size_t es = ssu_dtype_size(dtype);
+      const float qmax = dtype == SSU_DTYPE_I16 ? 32767.0f
+                         : dtype == SSU_DTYPE_I8  ? 127.0f
+                                                  : 448.0f;
+      std::vector<unsigned char> q(n * es);
       std::vector<float> sc(nr);
       for (size_t r = 0; r < nr; ++r) {
         float amax = 0.0f;
         for (size_t k = 0; k < N; ++k) amax = std::max(amax, std::fabs(v[r * N + k]));
-        const float enc = amax == 0.0f ? 1.0f : 32767.0f / amax;
+        const float enc = amax == 0.0f ? 1.0f : qmax / amax;
         sc[r] = 1.0f / enc;
         for (size_t k = 0; k < N; ++k) {
-          const float c = std::min(32767.0f, std::max(-32767.0f, v[r * N + k] * enc));
-          q[r * N + k] = static_cast<int16_t>(std::nearbyint(c));
+          const size_t i = r * N + k;
+          const float c = std::min(qmax, std::max(-qmax, v[i] * enc));
+          if (dtype == SSU_DTYPE_F8E4M3) {
+            q[i] = e4m3_nearest(c);
+          } else if (dtype == SSU_DTYPE_I8) {
+            q[i] = static_cast<unsigned char>(static_cast<int8_t>(std::nearbyint(c)));
+          } else {
+            const int16_t c16 = static_cast<int16_t>(std::nearbyint(c));
+            std::memcpy(&q[i * 2], &c16, 2);
+          }
         }
       }
-      dev->upload(buf.at(r0 * N * 2), q.data(), n * 2);
+      dev->upload(buf.at(r0 * N * es), q.data(), n * es);
       dev->upload(scale->at(r0 * 4), sc.data(), nr * 4);
     } else {
       const auto bytes = encode(v, dtype);
@@ -609,9 +651,9 @@ struct Shape {
   static constexpr ssu_dtype_t index_dtype = SSU_DTYPE_I32;
 
   size_t state_slot_bytes() const { return size_t(H * P * N) * ssu_dtype_size(state_dtype); }
-  // The f32 scale rows of an i16 state (0 for float states).
+  // The f32 scale rows of a block-scaled state (0 for float states).
   size_t scale_slot_bytes() const {
-    return state_dtype == SSU_DTYPE_I16 ? size_t(H * P) * sizeof(float) : 0;
+    return is_scaled(state_dtype) ? size_t(H * P) * sizeof(float) : 0;
   }
   size_t slot_bytes() const { return state_slot_bytes() + scale_slot_bytes(); }
   // Bytes that must move for a call on Bt sequences (see kUsage).
@@ -673,7 +715,7 @@ void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, si
   const int64_t S = pr.slots, R = pr.sets * Bt;  // R: sequence rows over all sets
 
   pr.state = Buffer(dev, size_t(S) * s.state_slot_bytes());
-  if (s.state_dtype == SSU_DTYPE_I16) {
+  if (is_scaled(s.state_dtype)) {
     pr.scale = Buffer(dev, size_t(S) * s.scale_slot_bytes());
     pr.pool.state_scale = dense(pr.scale.ptr, SSU_DTYPE_F32, {S, H, P});
   }
@@ -918,7 +960,7 @@ std::string config_text(const Options& o, const Shape& s) {
                 "dt/A/D/dt_bias f32 %s, dt_softplus, z, D, dt_bias, int32 src slots%s",
                 (long long)s.H, (long long)s.P, (long long)s.N, (long long)s.G, (long long)s.T,
                 s.T > 1 ? " (multi-token, final state)" : "", ssu_dtype_name(s.state_dtype),
-                s.state_dtype == SSU_DTYPE_I16 ? " (+ f32 scale per row)" : "",
+                is_scaled(s.state_dtype) ? " (+ f32 scale per row)" : "",
                 ssu_dtype_name(s.input_dtype), s.per_channel ? "per channel" : "per head",
                 o.sr_compare ? ", round-to-nearest vs stochastic rounding"
                 : o.sr       ? ", stochastic rounding"
@@ -1090,13 +1132,13 @@ void run_update(const Options& o, const Env& env, Report& rep) {
       (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.G,
       (long long)shape.T, shape.T > 1 ? "multi_token" : "single_token",
       o.mamba1 ? "true" : "false", ssu_dtype_name(shape.state_dtype),
-      shape.state_dtype == SSU_DTYPE_I16 ? "true" : "false", rounding_name(o),
+      is_scaled(shape.state_dtype) ? "true" : "false", rounding_name(o),
       ssu_dtype_name(shape.input_dtype), shape.per_channel ? "per_channel" : "per_head",
       o.threads);
   rep.bytes_formula =
-      "state Bt*H*P*N*sizeof(state)*2 [+ i16 scales Bt*H*P*4*2] + x,z,out Bt*T*H*P*sizeof(in) "
-      "each + B,C Bt*T*G*N*sizeof(in) each + dt Bt*T*H[*P]*4 + A H[*P*N]*4 + "
-      "D,dt_bias H[*P]*4 each + src index Bt*4";
+      "state Bt*H*P*N*sizeof(state)*2 [+ i16/i8/f8e4m3 scales Bt*H*P*4*2] + "
+      "x,z,out Bt*T*H*P*sizeof(in) each + B,C Bt*T*G*N*sizeof(in) each + dt Bt*T*H[*P]*4 + "
+      "A H[*P*N]*4 + D,dt_bias H[*P]*4 each + src index Bt*4";
 
   std::vector<Row> rows;
   Rng rng(0x55u);
@@ -1567,7 +1609,7 @@ void run_replay(const Options& o, const Env& env, Report& rep) {
       (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.G,
       (long long)shape.T, shape.T > 1 ? "multi_token" : "single_token",
       o.mamba1 ? "true" : "false", ssu_dtype_name(shape.state_dtype),
-      shape.state_dtype == SSU_DTYPE_I16 ? "true" : "false", rounding_name(o),
+      is_scaled(shape.state_dtype) ? "true" : "false", rounding_name(o),
       ssu_dtype_name(shape.input_dtype), shape.per_channel ? "per_channel" : "per_head",
       o.threads, (long long)rc.L,
       rc.accepted ? std::to_string(rc.K).c_str() : "null", (long long)rc.cycle());

@@ -165,7 +165,7 @@ typedef struct ssu_tensor {
  * (shape[0] of `state`); every pool below is indexed by the same slots.
  *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,
  *    f16, or i16, i8 or f8e4m3 with state_scale (block-scaled, see below;
- *    the 8-bit formats: plain update on the CPU backend only); N <= 256
+ *    the 8-bit formats: plain update only, on both backends); N <= 256
  *    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The
  *    inner three axes must be dense (strides P*N, N, 1); the slot stride is
  *    free (>= H*P*N), so a pool can live inside a larger buffer.
@@ -391,9 +391,10 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    ssu_state_pool_t and writes its scale to the matching scale row:
  *    pool.state_scale for the pool, intermediate_scales (I, T, H, P) f32
  *    for intermediate_states. Outputs use the unquantized fp32 values.
- *    Padded sequences write no scale. i8 and f8e4m3 states run on the CPU
- *    backend; the CUDA backend refuses them at plan creation
- *    (SSU_ERROR_NOT_SUPPORTED), as do the replay and Mamba-3 operations.
+ *    Padded sequences write no scale. The CPU and CUDA backends store
+ *    identical codes and scales. i8 and f8e4m3 states serve the plain
+ *    update only: the replay and Mamba-3 operations refuse them at plan
+ *    creation (SSU_ERROR_NOT_SUPPORTED).
  *  - f16 / bf16: round to nearest even, or, when rounding_seed is given,
  *    stochastically: each stored element adds random bits below its last
  *    kept bit and truncates. The random word of the element at offset

@@ -6,8 +6,8 @@
 // way either into the stage as 16-byte chunks (one token, aligned rows:
 // pipe_issue_raw) or into registers, its step size into registers, and the
 // slot indices of item i+2 are being loaded. On sm_90 and later the
-// stochastic-rounding and int16 kernels, whose row loops keep the issue
-// slots busy, move the tile and the operand chunks with one bulk copy each
+// stochastic-rounding and block-scaled kernels, whose row loops keep the
+// issue slots busy, move the tile and the operand chunks with one bulk copy each
 // (one thread, completion on an mbarrier) instead. A
 // block therefore always has a tile's bytes in flight, instead of the
 // load -> compute -> store phases of a block that owns one tile.
@@ -21,8 +21,10 @@
 // 16 one lane per row, A read from global memory); state rows of N = lanes_per_row * VEC elements (one
 // 16-byte chunk per lane, lanes_per_row a power of two), 16-byte aligned
 // state rows. With one token every state format: f32, f16 and bf16 (round
-// to nearest or stochastic) and int16 with row scales. The state step is the canonical one of ssu_math.h, so the
-// stored bits equal the CPU backend's and the simple kernels'.
+// to nearest or stochastic), int16, int8 and e4m3 (round to nearest or
+// stochastic) with row scales. The state step is the canonical one of
+// ssu_math.h, so the stored bits equal the CPU backend's and the simple
+// kernels'.
 //
 // Included by ssu_kernels.cu after ssu_update.cu, whose helpers it uses.
 #include "ssu_cuda_launch.h"
@@ -312,7 +314,7 @@ __device__ __forceinline__ void pipe_issue_raw(const ssu_cuda_pipe_launch& L, co
   }
 }
 
-// Issues an item's loads: the state tile (and int16 row scales) by cp.async
+// Issues an item's loads: the state tile (and block-scaled row scales) by cp.async
 // into stage `st`, the operands into registers. T: tokens per sequence.
 // The bulk copies of an item (thread 0; not for padding): its operand
 // chunks [B | C | x | z] into the stage's raw region (L.off_raw set) on
@@ -374,7 +376,7 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
       sm += SSU_CUDA_THREADS * 16;
     }
   }
-  if constexpr (std::is_same<ST, int16_t>::value) {
+  if constexpr (StateFormat<ST>::kScaled) {
     const float* sc = p.state_scale + sl.src * p.state_scale_stride_slot + it.h * p.dim + it.r0;
     for (int r = tid; r < it.rows; r += SSU_CUDA_THREADS) cp_async_4(st.scale + r, sc + r);
   }
@@ -743,12 +745,13 @@ __device__ __forceinline__ uint4 pipe_sr_pack(const float* v, const uint32_t* w)
   return rare ? pipe_sr_pack_exact<ST>(v, w) : out;
 }
 
-// The int16 encode factor of a row spread over `lpr` lanes: the largest
-// magnitude as the integer maximum of the magnitude bits (the same order as
-// the floats; NaN patterns are above Inf, so a NaN wins as in
-// ssu_math::int16_amax_step, and a row holding Inf gets an Inf maximum).
-// Returns the factor; *finite says whether every v * factor is a number.
-template <int E>
+// The encode factor of a block-scaled row (format ST) spread over `lpr`
+// lanes: the largest magnitude as the integer maximum of the magnitude bits
+// (the same order as the floats; NaN patterns are above Inf, so a NaN wins
+// as in ssu_math::int16_amax_step, and a row holding Inf gets an Inf
+// maximum). Returns the factor; *finite says whether every v * factor is a
+// number.
+template <typename ST, int E>
 __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, unsigned gmask,
                                                     bool* finite) {
   uint32_t m = 0;
@@ -765,13 +768,13 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, un
   for (int off = 16; off > 0; off >>= 1)
     if (off < lpr) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
 #endif
-  const float enc = ssu_math::int16_encode_factor(__uint_as_float(m));
+  const float enc = StateFormat<ST>::encode_factor(__uint_as_float(m));
   // A tiny nonzero maximum gives an infinite factor (0 * enc is NaN there).
   *finite = m < 0x7f800000u && enc < 3.0e38f;
   return enc;
 }
 
-// Row sums are deferred (DEFER below: several tokens, 16-bit states): a lane
+// Row sums are deferred (DEFER below: several tokens, 16- and 8-bit states): a lane
 // does not reduce its row's partial sum across the row's lanes at once
 // (five shuffle levels, each a branch on the run-time lane count, and an
 // output store per row). It puts the partial into shared memory, and after
@@ -843,13 +846,13 @@ __device__ __forceinline__ float pipe_part_sum(const float* part, int lpr, int s
 }
 
 // A lane's 16-byte chunk of tile row r as fp32 (f32, f16 and bf16 states;
-// int16 rows go through pipe_rows16). A lane past the tile's rows (valid
+// block-scaled rows go through pipe_rows16). A lane past the tile's rows (valid
 // false) reads nothing, since row 0's bytes may hold another warp's partial
 // sums by then, and gets zeros.
 template <typename ST, int VEC>
 __device__ __forceinline__ void pipe_load_chunk(const PipeStage<ST>& st, int r, bool valid, int N,
                                                 int n0, float* h) {
-  static_assert(!std::is_same<ST, int16_t>::value, "int16 rows: pipe_rows16");
+  static_assert(!StateFormat<ST>::kScaled, "block-scaled rows: pipe_rows16");
   Chunk<ST, VEC> c;
   c.u = valid ? *reinterpret_cast<const uint4*>(st.state + r * N + n0) : make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -878,27 +881,32 @@ __device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c
   acc = fmaf(h, c, acc);
 }
 
-// The row loop of the 16-bit states (f16 and bf16 rounded to nearest or
-// stochastically, int16) with one token and per-head A and step size: one
-// 16-byte chunk (VEC = 8) per lane and row, row sums deferred (their
+// The row loop of the 16- and 8-bit states (f16 and bf16 rounded to nearest
+// or stochastically, int16, int8, e4m3 rounded to nearest or
+// stochastically) with one token and per-head A and step size: one 16-byte
+// chunk (VEC = 8 or 16 elements) per lane and row, row sums deferred (their
 // partials go into the rows' own bytes). Row r = i * ngrp + grp of step i
 // starts at tile element r * N; the lane's chunk of it sits at element
-// (128 i + tid) * 8, of the stage and of the destination alike, so that a
+// (128 i + tid) * VEC, of the stage and of the destination alike, so that a
 // step moves every address by a constant and the loop keeps pointers, not
-// indices. Steps go two rows at a time (one warp barrier for both, the
-// second row's loads in flight with the first's), rows known to exist; a
-// last step or two of rows that may not exist takes predicated accesses.
+// indices. 16-bit steps go two rows at a time where the kernels may hold
+// that many registers (one warp barrier for both, the second row's loads in
+// flight with the first's), rows known to exist; a last step or two of rows
+// that may not exist takes predicated accesses.
 template <typename ST, bool SR>
 __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                             const PipeStage<ST>& st, ST* dst, float* scale_dst,
                                             uint64_t L_row0, uint64_t seed, const PipeSmemKeys& keys,
                                             const float* Bs, const float* Cs, float dt,
                                             float dA) {
-  constexpr int VEC = 8;
-  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
-  static_assert(sizeof(ST) == 2 && !(SR && QUANT), "16-bit states");
-  // Two rows per step where the kernel may hold 96 registers (below).
-  constexpr bool PAIR = SR || QUANT;
+  constexpr int VEC = 16 / sizeof(ST);
+  using F = StateFormat<ST>;
+  constexpr bool QUANT = F::kScaled;
+  static_assert(sizeof(ST) <= 2 && (!SR || F::kSr), "16- and 8-bit states");
+  // Two rows per step where the kernel may hold 96 registers (below). An
+  // 8-bit chunk's 16 values (and 16 Philox words) leave no room for a
+  // second row.
+  constexpr bool PAIR = sizeof(ST) == 2 && (SR || QUANT);
   const int tid = threadIdx.x;
   const PipeGroups g(L);
   const int lpr = g.lpr, lg = g.lg, lane_r = g.lane_r, grp = g.grp, ngrp = g.ngrp, gpw = g.gpw,
@@ -925,13 +933,32 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     Chunk<ST, VEC> c;
     c.u = v ? *reinterpret_cast<const uint4*>(chunk0 + i * (SSU_CUDA_THREADS * 16))
             : make_uint4(0, 0, 0, 0);
-    if constexpr (QUANT) {
+    if constexpr (std::is_same<ST, int16_t>::value) {
       // Codes through the conversion pipe (one instruction, where the
       // mantissa trick of to_f32 takes three; 8 per lane and row keep that
       // pipe a fraction busy), times the row's decode scale.
       const float rs = v ? sg[i * ngrp] : 0.f;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) h[e] = static_cast<float>(c.e[e]) * rs;
+    } else if constexpr (std::is_same<ST, int8_t>::value) {
+      // int8 codes, 16 per lane and row (on the conversion pipe they would
+      // be its limit): code + 128 (the sign bit flipped) as the low byte
+      // of 1.5 * 2^23's pattern, one byte permute each, then one subtract
+      // gives the code exactly.
+      const float rs = v ? sg[i * ngrp] : 0.f;
+      const uint32_t wd[4] = {c.u.x ^ 0x80808080u, c.u.y ^ 0x80808080u, c.u.z ^ 0x80808080u,
+                              c.u.w ^ 0x80808080u};
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          h[4 * k + j] =
+              (__uint_as_float(__byte_perm(wd[k], 0x4B400000u, 0x7650u + j)) - 12583040.0f) * rs;
+    } else if constexpr (QUANT) {
+      // e4m3 codes through to_f32's integer and fp32 operations.
+      const float rs = v ? sg[i * ngrp] : 0.f;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) h[e] = to_f32(c.e[e]) * rs;
     } else if constexpr (std::is_same<ST, bf16>::value) {
       // A pair's two values straight from its word (to_f32 of the upper
       // element compiles to a permute and a shift).
@@ -961,28 +988,53 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     if (v) *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + (pofs ^ sw)) = acc;
   };
   auto step = [&](int i, bool v, float* h) {
-    float Bv[VEC], Cv[VEC];
-    pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
-    step_bc(i, v, h, Bv, Cv);
+    if constexpr (VEC > 8) {
+      // 8-bit rows: the columns four at a time (16 of B and of C at once
+      // made the kernels spill); the same operations in the same order.
+      const float dtx = dt * (v ? xg[i * ngrp] : 0.f);
+      float acc = 0.f;
+#pragma unroll
+      for (int e0 = 0; e0 < VEC; e0 += 4) {
+        float Bv[4], Cv[4];
+        pipe_load_cols<4>(Bs + e0, Cs + e0, Bv, Cv);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          h[e0 + e] = h[e0 + e] * dA + Bv[e] * dtx;  // two roundings, as on the CPU
+          acc = fmaf(h[e0 + e], Cv[e], acc);
+        }
+      }
+      const int sw = ((i * gpw) & smask) << 4;
+      if (v) *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + (pofs ^ sw)) = acc;
+    } else {
+      float Bv[VEC], Cv[VEC];
+      pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
+      step_bc(i, v, h, Bv, Cv);
+    }
   };
-  // The row's new state, encoded and stored (and its int16 scale).
-  // The Philox words of the chunks of NR consecutive steps from step i, 8
-  // per chunk (R10: the default rounds, one high offset word; the chunks'
-  // counters then run round by round together).
+  // The row's new state, encoded and stored (and its decode scale).
+  // The Philox words of the chunks of NR consecutive steps from step i, VEC
+  // per chunk in runs of 8 (R10: the default rounds, one high offset word;
+  // the runs' counters then run round by round together).
   PipeSrHead hd{0, 0, 0};
   auto words = [&](uint32_t* w, int i, auto r10, auto nr) {
     constexpr int NR = decltype(nr)::value;
+    constexpr int R8 = VEC / 8;  // runs of 8 elements per chunk
     if constexpr (decltype(r10)::value) {
-      uint32_t lo[NR];
+      uint32_t lo[NR * R8];
 #pragma unroll
       for (int r = 0; r < NR; ++r)
-        lo[r] = static_cast<uint32_t>(Lg) + (i + r) * (SSU_CUDA_THREADS * VEC);
-      pipe_sr_words10<2 * NR>(w, keys, hd, lo);
+#pragma unroll
+        for (int q = 0; q < R8; ++q)
+          lo[r * R8 + q] = static_cast<uint32_t>(Lg) + (i + r) * (SSU_CUDA_THREADS * VEC) + 8 * q;
+      pipe_sr_words10<2 * NR * R8>(w, keys, hd, lo);
     } else {
 #pragma unroll
       for (int r = 0; r < NR; ++r)
-        pipe_sr_words(w + r * VEC, seed, keys,
-                      Lg + static_cast<uint64_t>(i + r) * (SSU_CUDA_THREADS * VEC), p.sr_rounds);
+#pragma unroll
+        for (int q = 0; q < R8; ++q)
+          pipe_sr_words(w + r * VEC + 8 * q, seed, keys,
+                        Lg + static_cast<uint64_t>(i + r) * (SSU_CUDA_THREADS * VEC) + 8 * q,
+                        p.sr_rounds);
     }
   };
   using One = std::integral_constant<int, 1>;
@@ -990,20 +1042,31 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   auto store = [&](int i, bool v, const float* h, auto r10) {
     Chunk<ST, VEC> c;
     float enc = 1.f;
-    if constexpr (QUANT) {
+    if constexpr (QUANT && SR) {
+      // e4m3, stochastic: the words, then the codes (a row of NaN or Inf
+      // stores 0x7F everywhere).
       bool finite;
-      enc = pipe_encode_factor<VEC>(h, lpr, gmask, &finite);
+      enc = pipe_encode_factor<ST, VEC>(h, lpr, gmask, &finite);
+      uint32_t w[VEC];
+      words(w, i, r10, One{});
       if (finite) {
-        // No NaN, and no clamp either: |v| <= amax and enc = fl(32767 /
-        // amax) give |fl(v * enc)| <= fl(amax * enc) <= 32767 (1 + 2^-24)^2
-        // < 32767.5, which rounds to at most 32767 in magnitude, so the
-        // clamp of ssu_math::int16_quantize never changes a code here.
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          c.e[e] = static_cast<int16_t>(__float_as_int(h[e] * enc + 12582912.0f) - 0x4B400000);
+        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr_finite(h[e], enc, w[e]);
       } else {
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) c.e[e] = ssu_math::int16_quantize(h[e], enc);
+        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr(h[e], enc, w[e]);
+      }
+    } else if constexpr (QUANT) {
+      // A finite row with a finite factor takes StateFormat's encode_finite
+      // (no NaN test; no clamp for the integer formats).
+      bool finite;
+      enc = pipe_encode_factor<ST, VEC>(h, lpr, gmask, &finite);
+      if (finite) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_finite(h[e], enc);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode(h[e], enc);
       }
     } else if constexpr (SR) {
       uint32_t w[VEC];
@@ -1019,59 +1082,66 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     }
   };
   auto steps = [&](auto has_dst, auto r10) {
-    const int full = it.rows >> (kLogThreads - lg);  // steps whose rows all exist
+    // Steps whose rows all exist (8-bit rows do not use it).
+    [[maybe_unused]] const int full = it.rows >> (kLogThreads - lg);
     const int iters = (it.rows + ngrp - 1) >> (kLogThreads - lg);
     int i = 0;
+    if constexpr (PAIR) {
 #pragma unroll 1
-    for (; PAIR && i + 2 <= full; i += 2) {
-      float ha[VEC], hb[VEC];
-      load(i, true, ha);
-      load(i + 1, true, hb);
-      // The rows' bytes take their partials below: all their lanes have read.
-      __syncwarp();
-      if constexpr (SR) {
-        // One read of the columns for both rows. (The int16 kernels, at
-        // 102 registers, measured 2.5 % slower with it.)
-        float Bv[VEC], Cv[VEC];
-        pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
-        step_bc(i, true, ha, Bv, Cv);
-        step_bc(i + 1, true, hb, Bv, Cv);
-      } else {
-        step(i, true, ha);
-        step(i + 1, true, hb);
-      }
-      if constexpr (decltype(has_dst)::value) {
+      for (; i + 2 <= full; i += 2) {
+        float ha[VEC], hb[VEC];
+        load(i, true, ha);
+        load(i + 1, true, hb);
+        // The rows' bytes take their partials below: all their lanes have read.
+        __syncwarp();
         if constexpr (SR) {
-          // Both rows' common paths, then one branch for values that need
-          // the exact conversion: the pair's Philox chains and packs form
-          // one basic block, the four chains of the default rounds run
-          // round by round.
-          uint32_t w[2 * VEC];
-          words(w, i, r10, Two{});
-          const uint32_t* const wa = w;
-          const uint32_t* const wb = w + VEC;
-          bool rare = false;
-          uint4 oa = pipe_sr_pack_fast<ST>(ha, wa, &rare);
-          uint4 ob = pipe_sr_pack_fast<ST>(hb, wb, &rare);
-          if (rare) {
-            oa = pipe_sr_pack_exact<ST>(ha, wa);
-            ob = pipe_sr_pack_exact<ST>(hb, wb);
-          }
-          __stcs(reinterpret_cast<uint4*>(dg + i * (SSU_CUDA_THREADS * VEC)), oa);
-          __stcs(reinterpret_cast<uint4*>(dg + (i + 1) * (SSU_CUDA_THREADS * VEC)), ob);
+          // One read of the columns for both rows. (The int16 kernels, at
+          // 102 registers, measured 2.5 % slower with it.)
+          float Bv[VEC], Cv[VEC];
+          pipe_load_cols<VEC>(Bs, Cs, Bv, Cv);
+          step_bc(i, true, ha, Bv, Cv);
+          step_bc(i + 1, true, hb, Bv, Cv);
         } else {
-          store(i, true, ha, r10);
-          store(i + 1, true, hb, r10);
+          step(i, true, ha);
+          step(i + 1, true, hb);
+        }
+        if constexpr (decltype(has_dst)::value) {
+          if constexpr (SR) {
+            // Both rows' common paths, then one branch for values that need
+            // the exact conversion: the pair's Philox chains and packs form
+            // one basic block, the four chains of the default rounds run
+            // round by round.
+            uint32_t w[2 * VEC];
+            words(w, i, r10, Two{});
+            const uint32_t* const wa = w;
+            const uint32_t* const wb = w + VEC;
+            bool rare = false;
+            uint4 oa = pipe_sr_pack_fast<ST>(ha, wa, &rare);
+            uint4 ob = pipe_sr_pack_fast<ST>(hb, wb, &rare);
+            if (rare) {
+              oa = pipe_sr_pack_exact<ST>(ha, wa);
+              ob = pipe_sr_pack_exact<ST>(hb, wb);
+            }
+            __stcs(reinterpret_cast<uint4*>(dg + i * (SSU_CUDA_THREADS * VEC)), oa);
+            __stcs(reinterpret_cast<uint4*>(dg + (i + 1) * (SSU_CUDA_THREADS * VEC)), ob);
+          } else {
+            store(i, true, ha, r10);
+            store(i + 1, true, hb, r10);
+          }
         }
       }
-    }
+    } else if constexpr (sizeof(ST) == 2) {
+      // One row per step (16-bit rows rounded to nearest). 8-bit rows take
+      // the predicated loop below for every step: with this loop as well
+      // they spilled.
 #pragma unroll 1
-    for (; !PAIR && i < full; ++i) {
-      float h[VEC];
-      load(i, true, h);
-      __syncwarp();
-      step(i, true, h);
-      if constexpr (decltype(has_dst)::value) store(i, true, h, r10);
+      for (; i < full; ++i) {
+        float h[VEC];
+        load(i, true, h);
+        __syncwarp();
+        step(i, true, h);
+        if constexpr (decltype(has_dst)::value) store(i, true, h, r10);
+      }
     }
 #pragma unroll 1
     for (; i < iters; ++i) {
@@ -1108,7 +1178,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
 
 // Computes an item from its stage: one row per lane group at a time. With
 // one token the lane's B and C columns stay in registers for the whole tile
-// (f32 and per-channel kernels; the 16-bit ones run pipe_rows16); with T > 1
+// (f32 and per-channel kernels; the 16- and 8-bit ones run pipe_rows16); with T > 1
 // (MT) a row's state stays in registers across the tokens and each token's
 // B and C columns come from shared memory.
 template <typename ST, typename IT, bool SR, bool MT, bool PC, bool RL>
@@ -1116,12 +1186,12 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
                                              const PipeSlots& sl, const PipeStage<ST>& st,
                                              uint64_t seed, const PipeSmemKeys& keys, int T) {
   constexpr int VEC = 16 / sizeof(ST);
-  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  constexpr bool QUANT = StateFormat<ST>::kScaled;
   // Deferred row sums paid off where a row's reduction was a long chain
   // (T = 4: one per token and row, +35-39 %) and for 16-bit states (+5 %), but
   // cost the f32 and per-channel kernels 1-5 % (H200; the per-channel one
   // measured again with its cheaper exp): those reduce at once.
-  constexpr bool DEFER = MT || (sizeof(ST) == 2 && !PC);
+  constexpr bool DEFER = MT || (sizeof(ST) <= 2 && !PC);
   const ssu_update_params& p = L.p;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -1319,7 +1389,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         }
       }
     }
-  } else if constexpr (sizeof(ST) == 2 && !PC) {
+  } else if constexpr (sizeof(ST) <= 2 && !PC) {
     float* const scale_dst =
         QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
                      : nullptr;
@@ -1432,16 +1502,17 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   // are copied by cp.async (ops_group below): the chunks, then the state
   // tile, so that an item's operands can be staged while its tile may still
   // be in flight; one group, the tile's, otherwise. With bulk copies (BULK)
-  // that group holds the int16 row scales only, and the tile
+  // that group holds the row scales (block-scaled states) only, and the tile
   // and operand chunks complete on bars: the tile of stage 0 / 1, the
   // operands of stage 0 / 1; bit k of `parity` is the parity of bars[k]'s
   // next phase. A padding item (block-uniform) arms and waits for nothing.
   constexpr bool RAW = !MT && !PC;
   // Bulk copies where the row loop keeps the issue slots busy (stochastic
-  // rounding, int16 rows): there they free them (H100, batch 256: SR bf16
-  // 476 -> 465 us, int16 452 -> 442 us). The memory-bound round-to-nearest
-  // kernels measured slower with them (bf16 394 -> 403 us, f32 774 -> 800).
-  constexpr bool BULK = RAW && (SR || std::is_same<ST, int16_t>::value) && SSU_PIPE_BULK;
+  // rounding, block-scaled rows): there they free them (H100, batch 256: SR
+  // bf16 476 -> 465 us, int16 452 -> 442 us). The memory-bound
+  // round-to-nearest kernels measured slower with them (bf16 394 -> 403 us,
+  // f32 774 -> 800).
+  constexpr bool BULK = RAW && (SR || StateFormat<ST>::kScaled) && SSU_PIPE_BULK;
   // The operand chunks form a cp.async group of their own only where they
   // are copied by cp.async (block-uniform). An empty group committed ahead
   // of each tile, with the waits counted for two groups, cost a third of the
@@ -1525,11 +1596,11 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     }
     // The tile is visible to every thread that waited for it on its bulk
     // barrier; a barrier of the block is needed for the copies of other
-    // threads (cp.async, the int16 row scales). The operands were staged
+    // threads (cp.async, the row scales of block-scaled states). The operands were staged
     // before the loop's first barrier. Without this one, a warp that is
     // done with its tile starts its rows (SR bf16, batch 256: 8.8 % of the
     // warps' stall samples sat here, waiting for the block's slowest warp).
-    if constexpr (!BULK || std::is_same<ST, int16_t>::value) __syncthreads();
+    if constexpr (!BULK || StateFormat<ST>::kScaled) __syncthreads();
     pipe_compute<ST, IT, SR, MT, PC, RL>(L, cur, cur_sl, here, seed, keys, T);
     if (nitem < items) {
       wait_ops(nxt_sl, s ^ 1);
@@ -1544,7 +1615,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 }  // namespace
 
 // At most 80 registers (6 resident blocks, which the two stages of a 16 KiB
-// tile also allow); int16 rows (the row maximum) and several tokens (two
+// tile also allow); block-scaled rows (the row maximum) and several tokens (two
 // rows in flight, whose stages with B and C of every token allow 5 blocks at
 // T = 4 anyway) may use 102 (5 blocks) instead of spilling. The stochastic
 // kernels take 128 (4 blocks): at 96 their row loop (a pair of rows, four
@@ -1553,7 +1624,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
 // batch 256: 462 us at 5 blocks, 434 us at 4).
 #define SSU_PIPE_KERNEL(name, ST, IT, SR, MODE)                                   \
   extern "C" __global__ void __launch_bounds__(                                   \
-      SSU_CUDA_THREADS, SR ? 4 : MODE == 1 || std::is_same<ST, int16_t>::value ? 5 : 6) \
+      SSU_CUDA_THREADS, SR ? 4 : MODE == 1 || StateFormat<ST>::kScaled ? 5 : 6)         \
       name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
     pipe_body<ST, IT, SR, MODE>(launch);                                          \
   }
@@ -1566,8 +1637,11 @@ SSU_PIPE_KERNELS_FOR(f32, float, false, 0, )
 SSU_PIPE_KERNELS_FOR(f16, f16, false, 0, )
 SSU_PIPE_KERNELS_FOR(bf16, bf16, false, 0, )
 SSU_PIPE_KERNELS_FOR(i16, int16_t, false, 0, )
+SSU_PIPE_KERNELS_FOR(i8, int8_t, false, 0, )
+SSU_PIPE_KERNELS_FOR(f8e4m3, e4m3, false, 0, )
 SSU_PIPE_KERNELS_FOR(f16, f16, true, 0, _sr)
 SSU_PIPE_KERNELS_FOR(bf16, bf16, true, 0, _sr)
+SSU_PIPE_KERNELS_FOR(f8e4m3, e4m3, true, 0, _sr)
 // Several tokens per sequence (final-state store), round to nearest.
 SSU_PIPE_KERNELS_FOR(f32, float, false, 1, _mt)
 SSU_PIPE_KERNELS_FOR(f16, f16, false, 1, _mt)

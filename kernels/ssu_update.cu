@@ -1,6 +1,8 @@
 // Selective state update (Mamba-1 / Mamba-2), single- and multi-token, every
 // write mode of SPEC.md sections 1 and 2, for f32, f16 and bf16 states and
-// inputs. One template; its instances are extern "C" entry points named
+// the block-scaled int16, int8 and fp8 e4m3 states (a decode scale per row,
+// see StateFormat), and f32, f16 and bf16 inputs. One template; its
+// instances are extern "C" entry points named
 //   ssu_update_<state>_<input>_<variant>
 // with variant vec1 / vec2 (16-byte state accesses, 1 or 2 chunks per lane)
 // or gen (element accesses, any N <= 256 and any alignment). Everything that
@@ -19,6 +21,7 @@
 
 #include "ssu_cuda_launch.h"
 #include "ssu_math.h"
+#include "ssu_state8.h"
 
 // Values of SSU_DTYPE_* and SSU_ERROR_BIT_* (ssu.h, which nvcc does not need).
 #define SSU_DT_F32 1
@@ -37,12 +40,101 @@ using f16 = __half;
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(f16 v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(bf16 v) { return __bfloat162float(v); }
-// int16 codes: the row's decode scale is applied by the caller. Exact
-// integer-to-float through the mantissa of 1.5 * 2^23 (two fast
+// An OCP FP8 E4M3 code (ssu_state8.h) as a state element.
+struct e4m3 {
+  uint8_t bits;
+};
+
+// int16 and int8 codes: the row's decode scale is applied by the caller.
+// Exact integer-to-float through the mantissa of 1.5 * 2^23 (two fast
 // instructions instead of one on the slow conversion pipe).
 __device__ __forceinline__ float to_f32(int16_t v) {
   return __int_as_float(0x4B400000 + static_cast<int>(v)) - 12582912.0f;
 }
+__device__ __forceinline__ float to_f32(int8_t v) {
+  return __int_as_float(0x4B400000 + static_cast<int>(v)) - 12582912.0f;
+}
+// The E4M3 number of a code (exact, what ssu_math::e4m3_decode gives): the
+// seven magnitude bits moved to the top of an fp32 exponent field read as
+// 2^(e-127) (1 + m/8) (an fp32 subnormal m * 2^-129 for e = 0), times
+// 2^120 for E4M3's bias of 7; codes 0x7F / 0xFF are NaN.
+__device__ __forceinline__ float to_f32(e4m3 v) {
+  const uint32_t mag = v.bits & 0x7fu;
+  const float a = __uint_as_float(mag << 20) * 0x1p120f;
+  const uint32_t u = mag == 0x7fu ? 0x7fc00000u : __float_as_uint(a);
+  return __uint_as_float(u | (static_cast<uint32_t>(v.bits & 0x80u) << 24));
+}
+
+// How a state format is stored. The block-scaled ones (kScaled) hold codes
+// and one fp32 decode scale per row: an element is to_f32(code) * scale; a
+// row of fp32 values v is stored with the row's encode factor
+// enc = encode_factor(max |v|) as codes encode(v[n], enc) and the scale
+// 1 / enc (ssu.h, ssu_state_pool_t; ssu_math.h and ssu_state8.h, whose
+// functions the CPU backend runs too). kSr: the format has a stochastic
+// store (encode_sr with the element's Philox word).
+template <typename ST>
+struct StateFormat {  // f32, f16, bf16: no scale, rounded by from_f32
+  static constexpr bool kScaled = false;
+  static constexpr bool kSr = sizeof(ST) == 2;
+};
+template <>
+struct StateFormat<int16_t> {
+  static constexpr bool kScaled = true;
+  static constexpr bool kSr = false;
+  __device__ static __forceinline__ float encode_factor(float amax) {
+    return ssu_math::int16_encode_factor(amax);
+  }
+  __device__ static __forceinline__ int16_t encode(float v, float enc) {
+    return ssu_math::int16_quantize(v, enc);
+  }
+  // A row whose every v * enc is a number (no NaN, Inf or overflowed
+  // factor): |v| <= amax and enc = fl(QMAX / amax) give |fl(v * enc)| <=
+  // QMAX (1 + 2^-24)^2 < QMAX + 1/2, which rounds to at most QMAX in
+  // magnitude, so the NaN test and the clamp never change a code.
+  __device__ static __forceinline__ int16_t encode_finite(float v, float enc) {
+    return static_cast<int16_t>(__float_as_int(v * enc + 12582912.0f) - 0x4B400000);
+  }
+};
+template <>
+struct StateFormat<int8_t> {
+  static constexpr bool kScaled = true;
+  static constexpr bool kSr = false;
+  __device__ static __forceinline__ float encode_factor(float amax) {
+    return ssu_math::state8_encode_factor(amax, ssu_math::kI8Max);
+  }
+  __device__ static __forceinline__ int8_t encode(float v, float enc) {
+    return ssu_math::int8_quantize(v, enc);
+  }
+  __device__ static __forceinline__ int8_t encode_finite(float v, float enc) {  // as int16
+    return static_cast<int8_t>(__float_as_int(v * enc + 12582912.0f) - 0x4B400000);
+  }
+};
+template <>
+struct StateFormat<e4m3> {
+  static constexpr bool kScaled = true;
+  static constexpr bool kSr = true;
+  __device__ static __forceinline__ float encode_factor(float amax) {
+    return ssu_math::state8_encode_factor(amax, ssu_math::kE4m3Max);
+  }
+  // A row holding NaN or Inf (enc NaN or 0) stores 0x7F everywhere.
+  __device__ static __forceinline__ e4m3 encode(float v, float enc) {
+    if (ssu_math::e4m3_row_unrepresentable(enc)) return e4m3{ssu_math::kE4m3Nan};
+    return e4m3{ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v, enc))};
+  }
+  __device__ static __forceinline__ e4m3 encode_sr(float v, float enc, uint32_t word) {
+    if (ssu_math::e4m3_row_unrepresentable(enc)) return e4m3{ssu_math::kE4m3Nan};
+    return e4m3{ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v, enc), word)};
+  }
+  // A finite row with a finite factor (enc > 0 then): v * enc is a number;
+  // its clamp to +-448 stays (a stochastic store of a value just above 448
+  // could carry into the NaN code).
+  __device__ static __forceinline__ e4m3 encode_finite(float v, float enc) {
+    return e4m3{ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v, enc))};
+  }
+  __device__ static __forceinline__ e4m3 encode_sr_finite(float v, float enc, uint32_t word) {
+    return e4m3{ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v, enc), word)};
+  }
+};
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
@@ -109,12 +201,13 @@ __device__ __forceinline__ void load_chunk(const T* src, float* v) {
 }
 
 // How a row is stored: round to nearest (f32 / f16 / bf16), stochastically
-// (f16 / bf16 with a seed: element n of the row draws the Philox word of
-// pool offset L0 + n), or quantized to int16 with the row's encode factor.
+// (f16 / bf16 / e4m3 with a seed: element n of the row draws the Philox word
+// of pool offset L0 + n), or quantized (block-scaled formats) with the row's
+// encode factor.
 struct RowStore {
   uint64_t seed;
   uint64_t L0;  // pool offset of this lane chunk's first element
-  float enc;    // int16 only
+  float enc;    // block-scaled formats only
   uint32_t rounds;
 };
 
@@ -133,37 +226,47 @@ __device__ __forceinline__ uint32_t pick(const ssu_math::u32x4& r, uint32_t j) {
   return j == 0 ? r.v[0] : j == 1 ? r.v[1] : j == 2 ? r.v[2] : r.v[3];
 }
 
+// Calls f(i, word) for each of the VEC elements of a chunk with the
+// element's random word (element i has pool offset rs.L0 + i).
+template <int VEC, typename F>
+__device__ __forceinline__ void for_each_sr_word(const RowStore& rs, F f) {
+  if ((rs.L0 & 3) == 0 && VEC % 4 == 0) {
+    // Four elements per Philox call, the words in order.
+#pragma unroll
+    for (int q = 0; q < VEC; q += 4) {
+      // The default round count gets the unrolled generator.
+      const ssu_math::u32x4 r = rs.rounds == 10
+                                    ? ssu_math::philox4x32_fixed<10>(rs.seed, rs.L0 + q)
+                                    : ssu_math::philox4x32(rs.seed, rs.L0 + q, rs.rounds);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) f(q + j, r.v[j]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const uint64_t L = rs.L0 + i;
+      const ssu_math::u32x4 r = ssu_math::philox4x32(rs.seed, L & ~uint64_t{3}, rs.rounds);
+      f(i, pick(r, static_cast<uint32_t>(L & 3)));
+    }
+  }
+}
+
 // The VEC stored values of one chunk as raw element bits, in the chunk's
 // element order. Elements past `left` are never stored (their bits are
 // computed from the padding zeros and dropped).
 template <typename T, int VEC, bool SR>
 __device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStore& rs) {
-  if constexpr (sizeof(T) == 2 && !std::is_same<T, int16_t>::value && SR) {
+  using F = StateFormat<T>;
+  if constexpr (F::kSr && SR && !F::kScaled) {  // f16, bf16
     uint16_t bits[VEC];
-    if ((rs.L0 & 3) == 0 && VEC % 4 == 0) {
-      // Four elements per Philox call, the words in order.
-#pragma unroll
-      for (int q = 0; q < VEC; q += 4) {
-        // The default round count gets the unrolled generator.
-        const ssu_math::u32x4 r = rs.rounds == 10
-                                      ? ssu_math::philox4x32_fixed<10>(rs.seed, rs.L0 + q)
-                                      : ssu_math::philox4x32(rs.seed, rs.L0 + q, rs.rounds);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) bits[q + j] = sr_bits<T>(v[q + j], r.v[j]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const uint64_t L = rs.L0 + i;
-        const ssu_math::u32x4 r = ssu_math::philox4x32(rs.seed, L & ~uint64_t{3}, rs.rounds);
-        bits[i] = sr_bits<T>(v[i], pick(r, static_cast<uint32_t>(L & 3)));
-      }
-    }
+    for_each_sr_word<VEC>(rs, [&](int i, uint32_t w) { bits[i] = sr_bits<T>(v[i], w); });
 #pragma unroll
     for (int i = 0; i < VEC; ++i) e[i] = *reinterpret_cast<const T*>(&bits[i]);
-  } else if constexpr (std::is_same<T, int16_t>::value) {
+  } else if constexpr (F::kSr && SR) {  // e4m3, with the row's encode factor
+    for_each_sr_word<VEC>(rs, [&](int i, uint32_t w) { e[i] = F::encode_sr(v[i], rs.enc, w); });
+  } else if constexpr (F::kScaled) {
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) e[i] = ssu_math::int16_quantize(v[i], rs.enc);
+    for (int i = 0; i < VEC; ++i) e[i] = F::encode(v[i], rs.enc);
   } else {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) e[i] = from_f32<T>(v[i]);
@@ -191,17 +294,17 @@ __device__ __forceinline__ void store_encoded(T* dst, const Chunk<T, VEC>& c, in
   }
 }
 
-// The int16 encode factor of a row spread over `lpr` lanes (E values per
-// lane; values past N are zeros, which do not change the maximum). Every
-// lane of the row group must call it.
-template <int E>
+// The encode factor of a block-scaled row (int16 unless ST says otherwise)
+// spread over `lpr` lanes (E values per lane; values past N are zeros, which
+// do not change the maximum). Every lane of the row group must call it.
+template <int E, typename ST = int16_t>
 __device__ __forceinline__ float row_encode_factor(const float* hs, int lpr) {
   float amax = 0.f;
 #pragma unroll
   for (int e = 0; e < E; ++e) amax = ssu_math::int16_amax_step(amax, hs[e]);
   for (int off = lpr >> 1; off > 0; off >>= 1)
     amax = ssu_math::int16_amax_step(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  return ssu_math::int16_encode_factor(amax);
+  return StateFormat<ST>::encode_factor(amax);
 }
 
 // A slot value is padding when negative or equal to the call's pad id.
@@ -235,12 +338,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 //  4. rows are processed one per lane group, row-outer and token-inner: a
 //     row's state stays in fp32 registers across all tokens, and every store
 //     is a 16-byte store straight from registers.
-// ST int16_t: block-scaled rows (decode scale per row). SR: stochastic
-// rounding of f16 / bf16 stores.
+// ST int16_t, int8_t, e4m3: block-scaled rows (decode scale per row). SR:
+// stochastic rounding of f16 / bf16 / e4m3 stores.
 template <typename ST, typename IT, int VEC, int KC, bool ASYNC, bool SR>
 __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
-  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  constexpr bool QUANT = StateFormat<ST>::kScaled;
   constexpr int E = VEC * KC;  // state elements per lane per row
+  // A token's B, C (and per-channel A) columns are read and used W at a
+  // time: an 8-bit chunk's 16 of each, all at once, made the kernels spill.
+  constexpr int W = VEC > 8 ? 4 : VEC;
   extern __shared__ __align__(16) unsigned char smem[];
   const ssu_update_params& p = L.p;
   const uint32_t f = p.features;
@@ -548,40 +654,45 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 #pragma unroll
       for (int k = 0; k < KC; ++k) {
         const int n0 = (lane_r + k * lpr) * VEC;
-        float Bv[VEC], Cv[VEC], Av[VEC];
-        if (n0 < N) {
-          if constexpr (VEC % 4 == 0) {
 #pragma unroll
-            for (int v = 0; v < VEC; v += 4) {
-              const float4 b4 = *reinterpret_cast<const float4*>(Bt + n0 + v);
-              const float4 c4 = *reinterpret_cast<const float4*>(Ct + n0 + v);
-              Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
-              Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
-              if (!a_per_head) {
-                const float4 a4 = *reinterpret_cast<const float4*>(Ar + n0 + v);
-                Av[v] = a4.x; Av[v + 1] = a4.y; Av[v + 2] = a4.z; Av[v + 3] = a4.w;
+        for (int w0 = 0; w0 < VEC; w0 += W) {
+          float Bv[W], Cv[W], Av[W];
+          if (n0 < N) {
+            if constexpr (W % 4 == 0) {
+#pragma unroll
+              for (int v = 0; v < W; v += 4) {
+                const int n = n0 + w0 + v;
+                const float4 b4 = *reinterpret_cast<const float4*>(Bt + n);
+                const float4 c4 = *reinterpret_cast<const float4*>(Ct + n);
+                Bv[v] = b4.x; Bv[v + 1] = b4.y; Bv[v + 2] = b4.z; Bv[v + 3] = b4.w;
+                Cv[v] = c4.x; Cv[v + 1] = c4.y; Cv[v + 2] = c4.z; Cv[v + 3] = c4.w;
+                if (!a_per_head) {
+                  const float4 a4 = *reinterpret_cast<const float4*>(Ar + n);
+                  Av[v] = a4.x; Av[v + 1] = a4.y; Av[v + 2] = a4.z; Av[v + 3] = a4.w;
+                }
+              }
+            } else {
+#pragma unroll
+              for (int v = 0; v < W; ++v) {
+                const int n = n0 + w0 + v;
+                Bv[v] = n < N ? Bt[n] : 0.f;
+                Cv[v] = n < N ? Ct[n] : 0.f;
+                if (!a_per_head) Av[v] = n < N ? Ar[n] : 0.f;
               }
             }
           } else {
 #pragma unroll
-            for (int v = 0; v < VEC; ++v) {
-              Bv[v] = n0 + v < N ? Bt[n0 + v] : 0.f;
-              Cv[v] = n0 + v < N ? Ct[n0 + v] : 0.f;
-              if (!a_per_head) Av[v] = n0 + v < N ? Ar[n0 + v] : 0.f;
-            }
+            for (int v = 0; v < W; ++v) Bv[v] = Cv[v] = Av[v] = 0.f;
           }
-        } else {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) Bv[v] = Cv[v] = Av[v] = 0.f;
-        }
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) {
-          const int e = k * VEC + v;
-          float dA = dA_head;
-          if (!a_per_head) dA = ssu_math::exp(Av[v] * dt);
-          // Two roundings, as on the CPU (compiled with -fmad=false).
-          hs[e] = hs[e] * dA + Bv[v] * dtx;
-          acc = fmaf(hs[e], Cv[v], acc);
+          for (int v = 0; v < W; ++v) {
+            const int e = k * VEC + w0 + v;
+            float dA = dA_head;
+            if (!a_per_head) dA = ssu_math::exp(Av[v] * dt);
+            // Two roundings, as on the CPU (compiled with -fmad=false).
+            hs[e] = hs[e] * dA + Bv[v] * dtx;
+            acc = fmaf(hs[e], Cv[v], acc);
+          }
         }
       }
       for (int off = lpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -594,7 +705,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 
       const long long d = s_dst[t];
       if (d >= 0 || inter_base) {  // block-uniform
-        if (QUANT) rs.enc = row_encode_factor<E>(hs, lpr);
+        if constexpr (QUANT) rs.enc = row_encode_factor<E, ST>(hs, lpr);
         if (rv) {
           ST* dstp =
               d >= 0 ? state + d * p.state_stride_slot + head_off + (int64_t)row * N : nullptr;
@@ -621,7 +732,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
     }
 
     if (final_base) {  // block-uniform
-      if (QUANT) rs.enc = row_encode_factor<E>(hs, lpr);
+      if constexpr (QUANT) rs.enc = row_encode_factor<E, ST>(hs, lpr);
       if (rv) {
 #pragma unroll
         for (int k = 0; k < KC; ++k) {
@@ -650,10 +761,11 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
   }
 
 // Per state dtype and rounding: one 16-byte chunk of the row per lane
-// (vec1), or element accesses (gen) for any N and alignment. The int16 and
-// stochastic kernels carry more live values (row maximum, Philox state):
-// they are allowed more registers (fewer resident blocks) instead of
-// spilling.
+// (vec1), or element accesses (gen) for any N and alignment. The
+// block-scaled and stochastic kernels carry more live values (row maximum,
+// Philox state): they are allowed more registers (fewer resident blocks)
+// instead of spilling (ptxas, sm_90a: the e4m3 vec1 kernels, whose encoder
+// has two paths per element for 16 elements a lane, spilled at 96).
 #define SSU_KERNELS_FOR(sname, ST, SR, suffix, MINB_VEC, MINB_GEN)                                    \
   SSU_KERNEL(ssu_update_##sname##_f32_vec1##suffix, ST, float, 16 / sizeof(ST), 1, true, SR, MINB_VEC) \
   SSU_KERNEL(ssu_update_##sname##_f16_vec1##suffix, ST, f16, 16 / sizeof(ST), 1, true, SR, MINB_VEC)   \
@@ -666,8 +778,11 @@ SSU_KERNELS_FOR(f32, float, false, , 8, 6)
 SSU_KERNELS_FOR(f16, f16, false, , 8, 6)
 SSU_KERNELS_FOR(bf16, bf16, false, , 8, 6)
 SSU_KERNELS_FOR(i16, int16_t, false, , 5, 4)
+SSU_KERNELS_FOR(i8, int8_t, false, , 5, 4)
+SSU_KERNELS_FOR(f8e4m3, e4m3, false, , 4, 4)
 SSU_KERNELS_FOR(f16, f16, true, _sr, 4, 4)
 SSU_KERNELS_FOR(bf16, bf16, true, _sr, 4, 4)
+SSU_KERNELS_FOR(f8e4m3, e4m3, true, _sr, 4, 4)
 // f32 rows longer than 128 elements need two 16-byte chunks per lane.
 SSU_KERNEL(ssu_update_f32_f32_vec2, float, float, 4, 2, true, false, 8)
 SSU_KERNEL(ssu_update_f32_f16_vec2, float, f16, 4, 2, true, false, 8)

@@ -255,8 +255,8 @@ std::vector<UpdateCase> update_case_table();
 
 // The 8-bit block-scaled states (i8, f8e4m3 rounded to nearest, f8e4m3
 // rounded stochastically), every mode, model-like and exact values, plus
-// odd and larger sizes. CPU backend only so far: the CUDA backend refuses
-// these states, so the GPU suites leave this table out.
+// odd and larger sizes. The GPU suites run it too, with more row lengths
+// (tests/gpu/gpu_main.h, state8_gpu_case_table).
 std::vector<UpdateCase> state8_case_table();
 
 // Every mode of the table with every way of storing a state (f32, f16 and

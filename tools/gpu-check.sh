@@ -155,6 +155,8 @@ if [ "${BENCH:-1}" != 0 ]; then
   bench --tokens 4 --batch 1,8,64,128 $iters
   if [ "${BENCH_NEW:-1}" != 0 ]; then
     bench --state-dtype i16 $iters
+    bench --state-dtype i8 $iters
+    bench --state-dtype f8e4m3 --sr-compare --batch 1,8,64,256 $iters
     bench --state-dtype bf16 --sr-compare --batch 1,8,64,256 $iters
     bench --state-dtype f16 --sr-compare --batch 1,8,64,256 $iters
     bench --mamba3 $iters

@@ -50,7 +50,9 @@ void check(const Driver& d, CUresult r, const char* call) {
   if (r != CUDA_SUCCESS) fail(SSU_ERROR_CUDA, "%s", ssu_cuda::describe(d, call, r).c_str());
 }
 
-// Input dtypes are indices 0..2; state dtypes 0..3 (int16 block-scaled).
+// Input dtypes are indices 0..2; state dtypes 0..3 (int16 block-scaled);
+// the plain update's state dtypes add the 8-bit block-scaled ones, 4 (i8)
+// and 5 (f8e4m3).
 int dtype_index(int32_t dtype) {
   switch (dtype) {
     case SSU_DTYPE_F32: return 0;
@@ -61,8 +63,23 @@ int dtype_index(int32_t dtype) {
 }
 int state_dtype_index(int32_t dtype) { return dtype == SSU_DTYPE_I16 ? 3 : dtype_index(dtype); }
 constexpr int kStateDtypes = 4;
-const char* const kDtypeNames[kStateDtypes] = {"f32", "f16", "bf16", "i16"};
-int dtype_bytes(int i) { return i == 0 ? 4 : 2; }
+int update_state_index(int32_t dtype) {
+  switch (dtype) {
+    case SSU_DTYPE_I8: return 4;
+    case SSU_DTYPE_F8E4M3: return 5;
+    default: return state_dtype_index(dtype);
+  }
+}
+constexpr int kUpdateStateDtypes = 6;
+const char* const kDtypeNames[kUpdateStateDtypes] = {"f32", "f16", "bf16", "i16", "i8", "f8e4m3"};
+int dtype_bytes(int i) { return i == 0 ? 4 : i >= 4 ? 1 : 2; }
+// Bytes of a state element (any update state dtype).
+int64_t state_bytes(int32_t dtype) { return dtype_bytes(update_state_index(dtype)); }
+bool is_scaled_state(int32_t dtype) {
+  return dtype == SSU_DTYPE_I16 || dtype == SSU_DTYPE_I8 || dtype == SSU_DTYPE_F8E4M3;
+}
+// Which state dtypes have a stochastic store: f16, bf16, f8e4m3.
+bool has_sr(int s) { return s == 1 || s == 2 || s == 5; }
 
 // Kernel variants (see kernels/ssu_update.cu).
 enum Variant { kVec1 = 0, kVec2 = 1, kGen = 2, kNumVariants = 3 };
@@ -95,7 +112,7 @@ int64_t align16(int64_t v) { return (v + 15) & ~int64_t(15); }
 // ssu_cuda_launch.h) and returns the bytes a block needs.
 int64_t shared_layout(const ssu_update_params& p, bool state_tile, int rows,
                       ssu_cuda_update_launch* L) {
-  const int64_t T = p.ntokens, N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+  const int64_t T = p.ntokens, N = p.dstate, sb = state_bytes(p.state_dtype);
   const uint32_t f = p.features;
   const bool dt_per_head =
       p.dt_stride_p == 0 && (!(f & SSU_F_HAS_DT_BIAS) || p.dt_bias_stride_p == 0);
@@ -113,7 +130,7 @@ int64_t shared_layout(const ssu_update_params& p, bool state_tile, int rows,
   L->off_D = put(int64_t(rows) * 4);
   L->off_A = put((f & SSU_F_A_PER_CHANNEL) ? rows * N * 4 : 0);
   L->off_dst = put(T * 8);
-  L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
+  L->off_scale = put(is_scaled_state(p.state_dtype) ? int64_t(rows) * 4 : 0);
   L->reserved0 = 0;
   return o;
 }
@@ -160,22 +177,22 @@ class CudaBackend final : public Backend {
              "CUDA_ERROR_NO_BINARY_FOR_GPU); rebuild with -Dcuda_archs=sm_%d",
              name, cc_, cc_);
       check(d_, r, "cuLibraryLoadData");
-      for (int s = 0; s < kStateDtypes; ++s)
+      for (int s = 0; s < kUpdateStateDtypes; ++s)
         for (int i = 0; i < 3; ++i)
           for (int v = 0; v < kNumVariants; ++v)
           for (int sr = 0; sr < 2; ++sr) {
             if (v == kVec2 && (s != 0 || sr)) continue;  // only f32 rows need two chunks
-            if (sr && s != 1 && s != 2) continue;         // stochastic: f16 / bf16 only
+            if (sr && !has_sr(s)) continue;               // stochastic: f16 / bf16 / f8e4m3
             const CUfunction fn = load_streaming_kernel(
                 format("ssu_update_%s_%s_%s%s", kDtypeNames[s], kDtypeNames[i],
                        kVariantNames[v], sr ? "_sr" : "").c_str());
             regs_blocks_[s][i][v][sr] = blocks_by_registers(fn);
             fn_[s][i][v][sr] = fn;
           }
-      for (int s = 0; s < kStateDtypes; ++s)
+      for (int s = 0; s < kUpdateStateDtypes; ++s)
         for (int i = 0; i < 3; ++i)
           for (int sr = 0; sr < 2; ++sr) {
-            if (sr && s != 1 && s != 2) continue;
+            if (sr && !has_sr(s)) continue;
             const CUfunction fn = load_streaming_kernel(
                 format("ssu_pipe_%s_%s%s", kDtypeNames[s], kDtypeNames[i], sr ? "_sr" : "").c_str());
             pipe_fn_[s][i][sr] = fn;
@@ -409,12 +426,9 @@ class CudaBackend final : public Backend {
   const char* device_name() const override { return name_.c_str(); }
 
   ssu_algorithm_t plan_update(const ssu_update_params& p, ssu_algorithm_t requested) override {
-    if (p.state_dtype == SSU_DTYPE_I8 || p.state_dtype == SSU_DTYPE_F8E4M3)
-      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend does not support i8/f8e4m3 states yet "
-           "(pool.state.dtype=%s); use the CPU backend", ssu_dtype_name(p.state_dtype));
-    if (state_dtype_index(p.state_dtype) < 0)
-      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend supports f32, f16, bf16 and i16 states, not %s",
-           ssu_dtype_name(p.state_dtype));
+    if (update_state_index(p.state_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend supports f32, f16, bf16, i16, i8 and f8e4m3 "
+           "states, not %s", ssu_dtype_name(p.state_dtype));
     if (dtype_index(p.input_dtype) < 0)
       fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA backend does not support %s inputs",
            ssu_dtype_name(p.input_dtype));
@@ -442,7 +456,7 @@ class CudaBackend final : public Backend {
     if (algorithm != SSU_ALGORITHM_CUDA_SIMPLE && algorithm != SSU_ALGORITHM_CUDA_PIPELINED)
       fail(SSU_ERROR_INTERNAL, "CUDA backend asked to run algorithm %d", algorithm);
     if (p.batch <= 0) return;
-    const int si = state_dtype_index(p.state_dtype), ii = dtype_index(p.input_dtype);
+    const int si = update_state_index(p.state_dtype), ii = dtype_index(p.input_dtype);
     const int sr = (p.features & SSU_F_STOCHASTIC) ? 1 : 0;
     if (si < 0 || ii < 0) fail(SSU_ERROR_INTERNAL, "unplanned dtype reached the CUDA backend");
     // A pipelined plan runs the simple kernels for a call whose state pool
@@ -664,7 +678,7 @@ class CudaBackend final : public Backend {
   static const char* pipe_form(const ssu_update_params& p) {
     const uint32_t f = p.features;
     if (f & SSU_F_VARLEN) return "it takes no variable-length sequences";
-    if (p.ntokens > 1 && (p.state_dtype == SSU_DTYPE_I16 || (f & SSU_F_STOCHASTIC)))
+    if (p.ntokens > 1 && (is_scaled_state(p.state_dtype) || (f & SSU_F_STOCHASTIC)))
       return "with several tokens it stores f32, f16 and bf16 states rounded to nearest";
     if (p.ntokens > kPipeMaxTokens || p.ntokens * p.dstate > kPipeMaxTokenStates)
       return "it takes at most 8 tokens and ntokens*dstate <= 512";
@@ -672,7 +686,7 @@ class CudaBackend final : public Backend {
       return "it has no per-token stores, intermediate states or accepted-token counts";
     if (f & SSU_F_A_PER_CHANNEL) {
       // The Mamba-1 layout: one token, dense f32 A rows, RN f32/f16/bf16 states.
-      if (p.ntokens != 1 || p.state_dtype == SSU_DTYPE_I16 || (f & SSU_F_STOCHASTIC) ||
+      if (p.ntokens != 1 || is_scaled_state(p.state_dtype) || (f & SSU_F_STOCHASTIC) ||
           p.A_dtype != SSU_DTYPE_F32 || p.A_stride_n != 1 || p.A_stride_p != p.dstate)
         return "with per-channel A it takes one token, dense f32 A and f32, f16 or bf16 "
                "states rounded to nearest";
@@ -680,14 +694,14 @@ class CudaBackend final : public Backend {
                ((f & SSU_F_HAS_D) && p.D_stride_p != 0)) {
       return "with per-head A it takes per-head dt, dt_bias and D (the Mamba-2 layout)";
     }
-    const int sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+    const int64_t sb = state_bytes(p.state_dtype);
     const int64_t chunks = p.dstate * sb / 16;
     if ((p.dstate * sb) % 16 != 0 || chunks > 32 || (chunks & (chunks - 1)) != 0)
       return "its state rows are 1, 2, 4, 8, 16 or 32 16-byte chunks";
     return nullptr;
   }
   static bool pipe_aligned(const ssu_update_params& p) {
-    const int sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2;
+    const int64_t sb = state_bytes(p.state_dtype);
     const bool a_ok = !(p.features & SSU_F_A_PER_CHANNEL) ||
                       (aligned16(p.A) && (p.A_stride_h * 4) % 16 == 0);
     return a_ok && aligned16(p.state) && (p.state_stride_slot * sb) % 16 == 0;
@@ -744,7 +758,7 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kPipeBlockSmem = 1024 + kPipeStaticSmem;
 
   static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
-    const int64_t N = p.dstate, sb = p.state_dtype == SSU_DTYPE_F32 ? 4 : 2, T = p.ntokens;
+    const int64_t N = p.dstate, sb = state_bytes(p.state_dtype), T = p.ntokens;
     L->row_stride = pow2_ceil(rows);
     L->log2_row_stride = log2_exact(L->row_stride);
     int64_t o = align16(rows * N * sb);
@@ -757,7 +771,7 @@ class CudaBackend final : public Backend {
     L->off_C = put(T * N * 4);
     L->off_x = put(T * L->row_stride * 4);
     L->off_z = put((p.features & SSU_F_HAS_Z) ? T * L->row_stride * 4 : 0);
-    L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? int64_t(rows) * 4 : 0);
+    L->off_scale = put(is_scaled_state(p.state_dtype) ? int64_t(rows) * 4 : 0);
     L->off_scal = put((2 * T + 1) * 4);
     const bool pc = p.features & SSU_F_A_PER_CHANNEL;
     L->off_A = put(pc && !pipe_row_per_lane(p) ? rows * N * 4 : 0);
@@ -1080,11 +1094,11 @@ class CudaBackend final : public Backend {
   int sms_ = 1;
   int max_smem_ = 48 * 1024;
   int smem_per_sm_ = 100 * 1024;
-  int regs_blocks_[kStateDtypes][3][kNumVariants][2] = {};
+  int regs_blocks_[kUpdateStateDtypes][3][kNumVariants][2] = {};
   std::string name_;
-  CUfunction fn_[kStateDtypes][3][kNumVariants][2] = {};
-  CUfunction pipe_fn_[kStateDtypes][3][2] = {};
-  int pipe_regs_blocks_[kStateDtypes][3][2] = {};
+  CUfunction fn_[kUpdateStateDtypes][3][kNumVariants][2] = {};
+  CUfunction pipe_fn_[kUpdateStateDtypes][3][2] = {};
+  int pipe_regs_blocks_[kUpdateStateDtypes][3][2] = {};
   CUfunction pipe_mt_fn_[3][3] = {};
   int pipe_mt_regs_blocks_[3][3] = {};
   CUfunction pipe_pc_fn_[3][3] = {};

@@ -4,10 +4,12 @@
 // Include after <doctest/doctest.h> (with DOCTEST_CONFIG_IMPLEMENT).
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../../src/cuda/cuda_driver.h"
 #include "harness.h"
@@ -64,6 +66,27 @@ inline ssu_context_t few_blocks_context() {
     return c;
   }();
   return ctx;
+}
+
+// The 8-bit state cases (i8, f8e4m3 rounded to nearest and stochastically)
+// the GPU suites run: the CPU suite's table (state8_case_table: every mode,
+// rows of 1 to 255 codes, mostly at most four 16-byte chunks) and each of
+// its cases again with rows of 128 or 256 codes (8 or 16 lanes per row in
+// the vectorized and pipelined kernels; the case's layout still decides
+// whether rows are 16-byte aligned), at most 16 rows per head (the host's
+// inputs and float64 reference cost far more than the calls), on a seed of
+// its own.
+inline std::vector<UpdateCase> state8_gpu_case_table() {
+  std::vector<UpdateCase> cases = state8_case_table();
+  const size_t n = cases.size();
+  for (size_t i = 0; i < n; ++i) {
+    UpdateCase c = cases[i];
+    c.N = i % 2 ? 256 : 128;
+    c.P = std::min<int64_t>(c.P, 16);
+    c.seed += 100000;
+    cases.push_back(c);
+  }
+  return cases;
 }
 
 // Device memory of ordinal 0 through the driver API; the primary context is

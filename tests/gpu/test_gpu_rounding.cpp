@@ -1,6 +1,7 @@
 // The CUDA and CPU backends store the same state bits: every store mode of
 // the update with every way of storing a state (f32, f16 and bf16 rounded to
-// nearest, f16 and bf16 stochastically rounded, int16 codes and scales) is
+// nearest, f16 and bf16 stochastically rounded, int16 and int8 codes and
+// scales, e4m3 codes and scales rounded to nearest and stochastically) is
 // run on both backends on identical inputs, and the pool, its scales and the
 // intermediate buffers must be bit-identical (outputs are checked against
 // the float64 reference on each side, within tolerance). Then the rounding
@@ -45,6 +46,7 @@ bool is_nan_bits(uint32_t v, ssu_dtype_t dtype) {
     case SSU_DTYPE_F32: return (v & 0x7f800000u) == 0x7f800000u && (v & 0x7fffffu) != 0;
     case SSU_DTYPE_F16: return (v & 0x7c00u) == 0x7c00u && (v & 0x3ffu) != 0;
     case SSU_DTYPE_BF16: return (v & 0x7f80u) == 0x7f80u && (v & 0x7fu) != 0;
+    case SSU_DTYPE_F8E4M3: return (v & 0x7fu) == 0x7fu;
     default: return false;
   }
 }
@@ -61,7 +63,7 @@ std::string compare_state_bits(const UpdateProblem& cpu, const UpdateProblem& gp
     if (a.size() != b.size()) return std::string(name) + ": sizes differ";
     const bool scales = std::string(name).find("scale") != std::string::npos;
     const ssu_dtype_t dtype = scales ? SSU_DTYPE_F32 : cpu.spec().state;
-    const size_t es = dtype == SSU_DTYPE_F32 ? 4 : 2;
+    const size_t es = ssu_dtype_size(dtype);
     int shown = 0;
     std::string msg;
     int64_t differing = 0;
@@ -121,6 +123,8 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
   // the stored bits too.
   for (const UpdateCase& c : update_case_table())
     if (c.exact_values) cases.push_back(c);
+  // The 8-bit states, every mode, model-like and exact values.
+  for (const UpdateCase& c : state8_gpu_case_table()) cases.push_back(c);
   int failed = 0, run = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const UpdateCase& c = cases[i];
@@ -159,10 +163,13 @@ TEST_CASE("gpu: CPU and CUDA store identical state bits in every mode and dtype"
 // zeros; x zero on every other row (there the new state is the old one
 // times the decay, so subnormal and tiny values stay tiny: f16 flushes them
 // to zero); a growing head (A > 0), whose largest values overflow to Inf.
-// int16 pools get NaN, Inf, zero and huge decode scales instead. CPU and
-// CUDA (the default context: direct kernels for these small calls, simple
-// ones for int16 or with SSU_CUDA_DIRECT=0; three blocks: pipelined kernels)
-// must store the same bits. Special values go on every third element, then
+// int16 pools get NaN, Inf, zero and huge decode scales instead; int8 and
+// e4m3 pools (e4m3 rounded to nearest and stochastically) both: such scales
+// and the codes' edges (the rails, int8's -128, e4m3's NaN codes 0x7F /
+// 0xFF, subnormals, signed zeros), and all-zero rows. CPU and CUDA (the
+// default context: direct kernels for these small calls, simple ones for
+// block-scaled states or with SSU_CUDA_DIRECT=0; three blocks: pipelined
+// kernels) must store the same bits. Special values go on every third element, then
 // on one in 61: alone among finite neighbours, since the pipelined SR
 // kernels take one rare-value branch for a row pair's 16 values, which a
 // lone special value must still send there.
@@ -175,6 +182,10 @@ TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backen
                                    0x807f, 0x0080, 0x8080, 0x8000, 0x0000, 0x3f80, 0x7f70};
   const uint32_t scale_special[] = {0x7f800000u, 0x7fc00000u, 0x00000000u, 0x7f7fffffu,
                                     0x3f800000u, 0x00000001u};
+  const uint8_t i8_special[] = {0x7f, 0x81, 0x80, 0x00, 0x01, 0xff, 0x40, 0xc0,
+                                0x7e, 0x82, 0x10, 0xf0, 0x02, 0xfe};
+  const uint8_t e4m3_special[] = {0x7f, 0xff, 0x7e, 0xfe, 0x01, 0x81, 0x08, 0x88,
+                                  0x80, 0x00, 0x38, 0x07, 0x77, 0xf7};
   struct Store {
     ssu_dtype_t state;
     bool sr;
@@ -182,15 +193,17 @@ TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backen
   int run = 0;
   for (const Store& s : {Store{SSU_DTYPE_F16, true}, Store{SSU_DTYPE_BF16, true},
                          Store{SSU_DTYPE_F16, false}, Store{SSU_DTYPE_BF16, false},
-                         Store{SSU_DTYPE_I16, false}})
+                         Store{SSU_DTYPE_I16, false}, Store{SSU_DTYPE_I8, false},
+                         Store{SSU_DTYPE_F8E4M3, false}, Store{SSU_DTYPE_F8E4M3, true}})
     for (int64_t N : {int64_t(64), int64_t(128)})
     for (uint64_t every : {uint64_t(3), uint64_t(61)}) {
       UpdateCase c;
       c.dtypes(s.state, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(2, 1, 64, N);
       c.batch = 4;
       c.seed = 4242 + uint64_t(N) + 10 * uint64_t(s.state) + 1000 * every;
-      // int16: special decode scales on one row in 5, then one in 61.
+      // Block-scaled: special decode scales on one row in 5, then one in 61.
       const int64_t scale_every = every == 3 ? 5 : int64_t(every);
+      const bool is8 = s.state == SSU_DTYPE_I8 || s.state == SSU_DTYPE_F8E4M3;
       c.tag = "special_values";
       if (s.sr) c.sr(0x5eed0000ull + uint64_t(N), 0);
       CAPTURE(describe(c));
@@ -205,11 +218,21 @@ TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backen
         p->rewrite("x", [&](uint8_t* e, int64_t i) {
           if ((i % c.P) % 2 == 0) std::memset(e, 0, 2);
         });
-        if (s.state == SSU_DTYPE_I16) {
+        if (s.state == SSU_DTYPE_I16 || is8) {
           p->rewrite("state_scale", [&](uint8_t* e, int64_t i) {
             if (i % scale_every == 0) std::memcpy(e, &scale_special[(i / scale_every) % 6], 4);
           });
-        } else {
+        }
+        if (is8) {
+          // Codes at their edges, then one row in 7 all zero.
+          const uint8_t* sp = s.state == SSU_DTYPE_I8 ? i8_special : e4m3_special;
+          p->rewrite("state", [&](uint8_t* e, int64_t i) {
+            uint64_t h = (uint64_t(i) + c.seed) * 0x9E3779B97F4A7C15ull;
+            h ^= h >> 29;
+            if (h % every == 0) *e = sp[(h / every) % 14];
+            if ((i / c.N) % 7 == 3) *e = 0;
+          });
+        } else if (s.state != SSU_DTYPE_I16) {
           const uint16_t* sp = s.state == SSU_DTYPE_F16 ? f16_special : bf16_special;
           p->rewrite("state", [&](uint8_t* e, int64_t i) {
             uint64_t h = (uint64_t(i) + c.seed) * 0x9E3779B97F4A7C15ull;
@@ -238,7 +261,7 @@ TEST_CASE("gpu: special state values are stored alike by the CPU and CUDA backen
 TEST_CASE("gpu: the seed advanced inside a captured graph; each replay matches the CPU") {
   CudaMemory dmem;
   HostMemory hmem;
-  for (ssu_dtype_t st : {SSU_DTYPE_BF16, SSU_DTYPE_F16}) {
+  for (ssu_dtype_t st : {SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_F8E4M3}) {
     UpdateCase c;
     c.multi(3).dtypes(st, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(4, 2, 64, 64);
     c.store = Store::Intermediate;
@@ -271,13 +294,24 @@ TEST_CASE("gpu: the seed advanced inside a captured graph; each replay matches t
     REQUIRE_MESSAGE(e2 == SSU_SUCCESS, m2);
     ok(g_drv.GraphInstantiate(&exec, graph, 0), "cuGraphInstantiateWithFlags");
 
-    std::vector<std::vector<uint8_t>> replay_state, replay_inter;
+    // The scales of an e4m3 pool and buffer, one after the other.
+    auto scales = [](const UpdateProblem& p) {
+      std::vector<uint8_t> v;
+      for (const char* name : {"state_scale", "intermediate_scales"})
+        if (p.has_buffer(name)) {
+          const std::vector<uint8_t> b = p.download(name);
+          v.insert(v.end(), b.begin(), b.end());
+        }
+      return v;
+    };
+    std::vector<std::vector<uint8_t>> replay_state, replay_inter, replay_scales;
     for (int replay = 0; replay < 2; ++replay) {
       dev.reset_outputs();  // the same initial pool; the seed stays advanced
       ok(g_drv.GraphLaunch(exec, stream), "cuGraphLaunch");
       ok(g_drv.StreamSynchronize(stream), "cuStreamSynchronize");
       replay_state.push_back(dev.download("state"));
       replay_inter.push_back(dev.download("intermediate_states"));
+      replay_scales.push_back(scales(dev));
       // Within tolerance of the reference; the seed is now s0 + replay + 1
       // (written by the graph, so that is what the check expects).
       dev.set_rounding_seed(s0 + uint64_t(replay) + 1);
@@ -299,6 +333,7 @@ TEST_CASE("gpu: the seed advanced inside a captured graph; each replay matches t
       CHECK_MESSAGE(r.ok, r.message);
       CHECK(host.download("state") == replay_state[size_t(replay)]);
       CHECK(host.download("intermediate_states") == replay_inter[size_t(replay)]);
+      CHECK(scales(host) == replay_scales[size_t(replay)]);
     }
     g_drv.GraphExecDestroy(exec);
     g_drv.GraphDestroy(graph);

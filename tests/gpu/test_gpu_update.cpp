@@ -12,7 +12,9 @@
 //                                default one per dtype pair and layout)
 //   SSU_TEST_FILTER=<substring>  only table cases whose description contains it
 //   SSU_TEST_CASE=<n>            only case n of the table
-//                                (both pick from the whole table)
+//                                (both pick from the whole table; the
+//                                8-bit states have a table of their own,
+//                                state8_gpu_case_table, numbered apart)
 //   SSU_TEST_EVERY=<k>           only every k-th table case (sanitizer runs)
 //   SSU_TEST_VERBOSE=1           print every case as it runs
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -115,6 +117,13 @@ TEST_CASE("gpu: every update case of the table matches the float64 reference") {
   CHECK(run_cases(selected(table, true), table.size(), "table", true) == 0);
 }
 
+// The 8-bit block-scaled states (i8, f8e4m3 to nearest and stochastic), every
+// mode; the CPU backend's bits are compared in test_gpu_rounding.
+TEST_CASE("gpu: 8-bit states (i8 and f8e4m3) in every mode match the float64 reference") {
+  const std::vector<UpdateCase> table = state8_gpu_case_table();
+  CHECK(run_cases(selected(table, true), table.size(), "8-bit", true) == 0);
+}
+
 TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
   // Host time grows with the pool (inputs, float64 reference, checks: about
   // 100 ns an element), and these pools hold 8 to 135 million elements. The
@@ -149,6 +158,31 @@ TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
       f.tag = "large_batch_multi_final";
       f.long_only = (si + ii) % 3 != 2;
       cases.push_back(f);
+    }
+  // The 8-bit states at a batch whose calls fill the default pipelined grid
+  // (single token), and with several tokens and an intermediate buffer; one
+  // of each by default.
+  int k8 = 0;
+  for (ssu_dtype_t st : {SSU_DTYPE_I8, SSU_DTYPE_F8E4M3})
+    for (bool sr : {false, true}) {
+      if (sr && st != SSU_DTYPE_F8E4M3) continue;
+      UpdateCase c;
+      c.dtypes(st, fl[k8 % 3], SSU_DTYPE_F32).shape(8, 2, 64, 128);
+      c.batch = 128;
+      c.pad = Pad::Negative;
+      c.seed = seed++;
+      c.tag = "large_batch_8bit";
+      if (sr) c.sr(0x8b17ull + uint64_t(k8));
+      c.long_only = k8 != 2;
+      cases.push_back(c);
+      UpdateCase m = c;
+      m.multi(4);
+      m.store = Store::Intermediate;
+      m.batch = 32;
+      m.seed = seed++;
+      m.long_only = k8 != 0;
+      cases.push_back(m);
+      ++k8;
     }
   // The default serving shape at batch 512; odd strides force the general path.
   int li = 0;

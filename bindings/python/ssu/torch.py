@@ -769,9 +769,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None,
     receives the state after every token at row intermediate_state_indices[b].
     state_scale (S, H, P) float32 accompanies an int16, int8 or
     float8_e4m3fn state (and intermediate_state_scales such an intermediate
-    buffer); the 8-bit states run on the CPU backend only so far. rand_seed (an int,
-    or a one-element int64 tensor the library reads when it runs) turns on
-    stochastic rounding of f16/bf16 state stores with philox_rounds rounds.
+    buffer). rand_seed (an int, or a one-element int64 tensor the library
+    reads when it runs) turns on stochastic rounding of f16/bf16/e4m3 state
+    stores with philox_rounds rounds.
     out defaults to a new tensor like x. Raises SsuError with the library's
     message, in these argument names, for arguments it refuses.
     """
