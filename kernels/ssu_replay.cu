@@ -257,6 +257,28 @@ __device__ __forceinline__ void append_x_rows(IT* dst, int64_t stride_l, const I
   }
 }
 
+// B_j . C_t over the eight lanes l8 = 0..7 of a lane group (every lane
+// holds the sum), 4-element vector loads where N allows.
+template <typename IT>
+__device__ __forceinline__ float entry_dot8(const IT* Bj, const IT* Ct, int N, int l8) {
+  float dot = 0.f;
+  if (N % 4 == 0) {
+    for (int n = l8 * 4; n < N; n += 32) {
+      const float4 bq = load4(Bj + n), cq = load4(Ct + n);
+      dot = __fmaf_rn(bq.x, cq.x, dot);
+      dot = __fmaf_rn(bq.y, cq.y, dot);
+      dot = __fmaf_rn(bq.z, cq.z, dot);
+      dot = __fmaf_rn(bq.w, cq.w, dot);
+    }
+  } else {
+    for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
+  }
+  dot += __shfl_xor_sync(0xffffffffu, dot, 4);
+  dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+  dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+  return dot;
+}
+
 // The closed form's weights (append steps, per-head step size and A):
 // coef[t][j] = e^{A (sum_{i=j+1..c+t} delta_i)} delta_j (B_j . C_t) for
 // j <= c + t (0 above), and dec[t] = e^{A sum_{i<=c+t} delta_i} after them.
@@ -268,27 +290,10 @@ __device__ __forceinline__ void replay_weights(const IT* s_Br, const IT* s_Bt, c
                                                int N, float* s_coef, int tid) {
   const int E = c + T;
   const int l8 = tid & 7;
-  const bool vec4 = N % 4 == 0;
   for (int base = 0; base < T * E; base += NT / 8) {
     const int q = min(base + (tid >> 3), T * E - 1);
     const int t = q / E, j = q - t * E;
-    const IT* const Bj = j < c ? s_Br + j * N : s_Bt + (j - c) * N;
-    const IT* const Ct = s_C + t * N;
-    float dot = 0.f;
-    if (vec4) {
-      for (int n = l8 * 4; n < N; n += 32) {
-        const float4 bq = load4(Bj + n), cq = load4(Ct + n);
-        dot = __fmaf_rn(bq.x, cq.x, dot);
-        dot = __fmaf_rn(bq.y, cq.y, dot);
-        dot = __fmaf_rn(bq.z, cq.z, dot);
-        dot = __fmaf_rn(bq.w, cq.w, dot);
-      }
-    } else {
-      for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
-    }
-    dot += __shfl_xor_sync(0xffffffffu, dot, 4);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    const float dot = entry_dot8(j < c ? s_Br + j * N : s_Bt + (j - c) * N, s_C + t * N, N, l8);
     if (l8 == 0 && base + (tid >> 3) < T * E) {
       float w = 0.f;
       if (j <= c + t) {
@@ -893,27 +898,10 @@ __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* 
     if (j < E) s_S[j] = v;
     carry = __shfl_sync(0xffffffffu, v, 31);
   }
-  const bool vec4 = N % 4 == 0;
   for (int base = 0; base < T * E; base += SSU_CUDA_REPLAY_THREADS / 8) {
     const int q = min(base + (tid >> 3), T * E - 1);
     const int t = q / E, j = q - t * E;
-    const IT* const Bj = j < c ? s_Br + j * N : s_Bt + (j - c) * N;
-    const IT* const Ct = s_C + t * N;
-    float dot = 0.f;
-    if (vec4) {
-      for (int n = l8 * 4; n < N; n += 32) {
-        const float4 bq = load4(Bj + n), cq = load4(Ct + n);
-        dot = __fmaf_rn(bq.x, cq.x, dot);
-        dot = __fmaf_rn(bq.y, cq.y, dot);
-        dot = __fmaf_rn(bq.z, cq.z, dot);
-        dot = __fmaf_rn(bq.w, cq.w, dot);
-      }
-    } else {
-      for (int n = l8; n < N; n += 8) dot = __fmaf_rn(to_f32(Bj[n]), to_f32(Ct[n]), dot);
-    }
-    dot += __shfl_xor_sync(0xffffffffu, dot, 4);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    const float dot = entry_dot8(j < c ? s_Br + j * N : s_Bt + (j - c) * N, s_C + t * N, N, l8);
     if (l8 == 0 && base + (tid >> 3) < T * E) s_gdot[q] = dot;
   }
   __syncthreads();  // s_gdot (and this warp's s_S)
