@@ -250,6 +250,10 @@ class CpuBenchDevice final : public BenchDevice {
     return best;
   }
 
+  void enqueue_copy(void* dst, const void* src, size_t bytes, ssu_stream_t, bool) override {
+    std::memmove(dst, src, bytes);
+  }
+
   double time_ops(const Op& op, size_t n, int iters) override { return time_calls(op, n, iters); }
 
   // The CPU backend is synchronous: the host time of an operation is its time.

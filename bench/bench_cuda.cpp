@@ -54,6 +54,8 @@ class CudaBenchDevice final : public BenchDevice {
     ok(d_.KernelGetFunction(&copy_rows_, k), "cuKernelGetFunction");
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_copy"), "cuLibraryGetKernel");
     ok(d_.KernelGetFunction(&copy_, k), "cuKernelGetFunction");
+    ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_copy_early"), "cuLibraryGetKernel");
+    ok(d_.KernelGetFunction(&copy_early_, k), "cuKernelGetFunction");
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_read"), "cuLibraryGetKernel");
     ok(d_.KernelGetFunction(&read_, k), "cuKernelGetFunction");
     ok(d_.LibraryGetKernel(&k, lib_, "ssu_bench_empty"), "cuLibraryGetKernel");
@@ -165,6 +167,16 @@ class CudaBenchDevice final : public BenchDevice {
     c.best_s = kernel_wins ? c.kernel_s : c.memcpy_s;
     c.winner = kernel_wins ? "copy kernel" : "memcpy";
     return c;
+  }
+
+  void enqueue_copy(void* dst, const void* src, size_t bytes, ssu_stream_t stream,
+                    bool early) override {
+    CUdeviceptr to = reinterpret_cast<CUdeviceptr>(dst), from = reinterpret_cast<CUdeviceptr>(src);
+    unsigned long long n = bytes;
+    void* params[] = {&to, &from, &n};
+    ok(d_.LaunchKernel(early ? copy_early_ : copy_, grid_for(bytes / 16, kCopyThreads), 1, 1, kCopyThreads, 1, 1, 0,
+                       reinterpret_cast<CUstream>(stream), params, nullptr),
+       "cuLaunchKernel (ssu_bench_copy)");
   }
 
   double time_ops(const Op& op, size_t n, int iters) override {
@@ -325,7 +337,7 @@ class CudaBenchDevice final : public BenchDevice {
   CUlibrary lib_ = nullptr;
   CUfunction copy_rows_ = nullptr;
   CUfunction empty_ = nullptr, empty_small_ = nullptr;
-  CUfunction copy_ = nullptr, read_ = nullptr;
+  CUfunction copy_ = nullptr, copy_early_ = nullptr, read_ = nullptr;
 };
 
 }  // namespace

@@ -58,6 +58,13 @@ class BenchDevice {
   // Median seconds per operation of op(i % n, stream), rotating through the
   // n operations so that consecutive ones touch different memory.
   virtual double time_ops(const Op& op, size_t n, int iters) = 0;
+  // Enqueues a copy of `bytes` bytes (src -> dst, both from alloc()) as the
+  // device's own copy kernel (CUDA; the CPU copies at once): a producer
+  // kernel ahead of an operation, for --pdl. early: the kernel lets the
+  // next one launch at once (griddepcontrol.launch_dependents), as kernels
+  // written for programmatic dependent launch do.
+  virtual void enqueue_copy(void* dst, const void* src, size_t bytes, ssu_stream_t stream,
+                            bool early) = 0;
   // Median host seconds spent issuing one operation.
   virtual double host_time_ops(const Op& op, size_t n, int iters) = 0;
   // Median seconds per operation of whole passes op(0), ..., op(n-1) in that

@@ -39,9 +39,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // an H100 outruns a persistent grid of a few blocks per SM looping over it.
 // The last bytes % 16 bytes go by one thread.
 #define SSU_BENCH_COPY_THREADS 1024
-extern "C" __global__ void __launch_bounds__(SSU_BENCH_COPY_THREADS)
-    ssu_bench_copy(uint4* __restrict__ dst, const uint4* __restrict__ src,
-                   unsigned long long bytes) {
+__device__ __forceinline__ void bench_copy(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                                           unsigned long long bytes) {
   const unsigned long long n = bytes / 16;
   for (unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; k < n;
        k += (unsigned long long)gridDim.x * blockDim.x)
@@ -49,6 +48,22 @@ extern "C" __global__ void __launch_bounds__(SSU_BENCH_COPY_THREADS)
   if (blockIdx.x == 0 && threadIdx.x == 0)
     for (unsigned long long i = n * 16; i < bytes; ++i)
       reinterpret_cast<char*>(dst)[i] = reinterpret_cast<const char*>(src)[i];
+}
+extern "C" __global__ void __launch_bounds__(SSU_BENCH_COPY_THREADS)
+    ssu_bench_copy(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                   unsigned long long bytes) {
+  bench_copy(dst, src, bytes);
+}
+// The same copy as a producer that lets the stream's next kernel launch
+// at once (griddepcontrol.launch_dependents first), as kernels written for
+// programmatic dependent launch do: a PDL launch after it may start early.
+extern "C" __global__ void __launch_bounds__(SSU_BENCH_COPY_THREADS)
+    ssu_bench_copy_early(uint4* __restrict__ dst, const uint4* __restrict__ src,
+                         unsigned long long bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  bench_copy(dst, src, bytes);
 }
 
 // A read-only stream for reference: reads the 16-byte words of `bytes`

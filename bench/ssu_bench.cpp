@@ -73,6 +73,10 @@ const char kUsage[] =
     "  --sr-compare             time round-to-nearest and stochastic rounding back\n"
     "                           to back on the same data for each batch and print\n"
     "                           the overhead of stochastic rounding in percent\n"
+    "  --pdl                    also time, per batch, each call behind a copy kernel\n"
+    "                           that writes its x (the producer an engine's graph\n"
+    "                           has), with and without SSU_PLAN_PDL, and print the\n"
+    "                           saving (the plain update only)\n"
     "  --mamba3                 time ssu_plan_execute_mamba3_step instead: H=64 P=64\n"
     "                           N=128 R=4, f32 state, bf16 B/C/x/z/out, f32 A/dt/trap,\n"
     "                           D, z with zproj, outproj, UPDATE_PREV, random int32\n"
@@ -156,6 +160,7 @@ struct Options {
   int64_t heads = 128, dim = 64, dstate = 128, groups = 8, tokens = 1;
   bool mamba1 = false;
   bool sr = false, sr_compare = false;
+  bool pdl = false;
   bool mamba3 = false;
   int64_t rank = 4;
   int64_t replay = 0;  // ring capacity L; 0: no replay
@@ -241,6 +246,8 @@ Options parse_args(int argc, char** argv) {
       o.mamba1 = true;
     } else if (a == "--sr") {
       o.sr = true;
+    } else if (a == "--pdl") {
+      o.pdl = true;
     } else if (a == "--sr-compare") {
       o.sr_compare = true;
     } else if (a == "--mamba3") {
@@ -272,6 +279,8 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (set_accept && !o.replay) usage_error("--accept applies to --replay only");
+  if (o.pdl && (o.replay || o.mamba3 || o.sr_compare))
+    usage_error("--pdl applies to the plain update (not --replay, --mamba3 or --sr-compare)");
   if (o.replay) {
     if (o.mamba3) usage_error("--replay applies to the Mamba-1/2 update, not --mamba3");
     if (o.sr_compare) usage_error("--replay and --sr-compare exclude each other");
@@ -1176,6 +1185,44 @@ void run_update(const Options& o, const Env& env, Report& rep) {
     r.host_s = t.host_s;
     r.iters = t.iters;
     r.copy = time_matched_copy(env.dev, r.bytes, t.iters);
+    // --pdl: each call behind a copy kernel that writes its x (from the
+    // first call's x), with this plan and with SSU_PLAN_PDL; the copy as an
+    // ordinary kernel and as one that lets its dependents launch at once.
+    double pdl_s[2][3] = {};  // [early producer][copy alone, + update, + update with PDL]
+    if (o.pdl) {
+      ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+      po.algorithm = o.algorithm;
+      po.flags = SSU_PLAN_PDL;
+      ssu_plan_t raw = nullptr;
+      if (ssu_plan_create_update(env.ctx, &pr.calls[0], &po, &raw) != SSU_SUCCESS)
+        throw std::runtime_error(std::string("ssu_plan_create_update (SSU_PLAN_PDL): ") +
+                                 ssu_last_error_message());
+      PlanGuard pdl_plan(raw);
+      const ssu_tensor_t& x0 = pr.calls[0].x;
+      size_t xbytes = ssu_dtype_size(x0.dtype);
+      for (int d = 0; d < x0.ndim; ++d) xbytes *= size_t(x0.shape[d]);
+      const int it = std::max(t.iters, 10);
+      for (int early = 0; early < 2; ++early) {
+        auto behind_copy = [&](ssu_plan_t p) -> Op {
+          return [&, p](size_t i, ssu_stream_t st) {
+            env.dev->enqueue_copy(pr.calls[i].x.data, x0.data, xbytes, st, early != 0);
+            if (p)
+              BenchDevice::check(ssu_plan_execute_update(p, &pr.calls[i], st),
+                                 "ssu_plan_execute_update");
+          };
+        };
+        const ssu_plan_t plans[3] = {nullptr, plan.plan, pdl_plan.plan};
+        for (int k = 0; k < 3; ++k)
+          pdl_s[early][k] =
+              measure(env.dev, behind_copy(plans[k]), pr.calls.size(), it, env.cuda).time_s;
+        std::fprintf(stderr,
+                     "  batch %5lld, %s copy of x (%.1f us): + update %.1f us, with SSU_PLAN_PDL "
+                     "%.1f us (saving %.2f us)\n",
+                     (long long)Bt, early ? "early-trigger" : "ordinary", pdl_s[early][0] * 1e6,
+                     pdl_s[early][1] * 1e6, pdl_s[early][2] * 1e6,
+                     (pdl_s[early][1] - pdl_s[early][2]) * 1e6);
+      }
+    }
     if (compare)
       std::fprintf(stderr,
                    "  batch %5lld: RN %10.1f us  SR %10.1f us  (SR overhead %+.1f%%, SR %.2fx "
@@ -1193,6 +1240,12 @@ void run_update(const Options& o, const Env& env, Report& rep) {
                   "\"rn_ratio_to_copy\": %.4f, \"rn_host_us\": %.3f, \"sr_overhead_pct\": %.2f",
                   r.alt_s * 1e6, r.alt_gbps(), r.alt_gbps() / r.copy_gbps(), r.alt_host_s * 1e6,
                   (r.time_s / r.alt_s - 1) * 100);
+    if (o.pdl)
+      for (int early = 0; early < 2; ++early)
+        j += format(", \"pdl_%s_producer\": {\"copy_of_x_us\": %.3f, \"copy_then_update_us\": "
+                    "%.3f, \"copy_then_update_pdl_us\": %.3f, \"saving_us\": %.3f}",
+                    early ? "early" : "ordinary", pdl_s[early][0] * 1e6, pdl_s[early][1] * 1e6,
+                    pdl_s[early][2] * 1e6, (pdl_s[early][1] - pdl_s[early][2]) * 1e6);
     rep.rows.push_back(j + "}");
   } catch (const std::exception& e) {
     rep.error = e.what();

@@ -496,9 +496,30 @@ typedef int32_t ssu_algorithm_t;
 /* CUDA: the replay kernels (ssu_plan_create_replay's only CUDA algorithm). */
 #define SSU_ALGORITHM_CUDA_REPLAY 5
 
+/** ssu_plan_options.flags.
+ *
+ *  SSU_PLAN_PDL (update and replay plans; CUDA on sm_90 and later, where it
+ *  is accepted and has no effect elsewhere, the CPU backend included): the
+ *  plan's kernels launch with programmatic dependent launch (cuLaunchKernelEx,
+ *  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION), except the
+ *  persistent grids of cuda_pipelined's large calls (two or more items per
+ *  block), which launch as usual.
+ *  Such a launch may be scheduled while the stream's previous kernel
+ *  finishes and waits (griddepcontrol.wait) for that kernel's completion
+ *  and memory before it reads or writes any tensor, so results are those
+ *  of an ordinary launch; what overlaps is the launch and the blocks'
+ *  start, where the previous kernel lets its dependents start early.
+ *  Captured into a CUDA graph, the edge from the previous kernel node
+ *  becomes a programmatic one. Mamba-3 plans refuse the flag
+ *  (SSU_ERROR_NOT_SUPPORTED). Plans without it launch as before. */
+#define SSU_PLAN_PDL 0x1u
+
+/** Plan options. struct_size as everywhere; a struct_size of 8 (the
+ *  options before `flags`, libssu 0.3) still reads, with flags 0. */
 typedef struct ssu_plan_options {
   uint32_t struct_size;
   ssu_algorithm_t algorithm; /* default AUTO */
+  uint32_t flags;            /* SSU_PLAN_* bits, default 0 */
 } ssu_plan_options_t;
 
 typedef struct ssu_plan_info {

@@ -203,6 +203,7 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
 #define SSU_DIRECT_KERNEL(sname, ST, iname, IT, SR, suffix)                       \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                  \
       ssu_direct_##sname##_##iname##suffix(const __grid_constant__ ssu_cuda_direct_launch launch) { \
+    pdl_wait();                                                                    \
     direct_body<ST, IT, SR, SSU_CUDA_DIRECT_K>(launch);                            \
   }
 #define SSU_DIRECT_KERNELS(sname, ST, SR, suffix)        \

@@ -1626,6 +1626,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   extern "C" __global__ void __launch_bounds__(                                   \
       SSU_CUDA_THREADS, SR ? 4 : MODE == 1 || StateFormat<ST>::kScaled ? 5 : 6)         \
       name(const __grid_constant__ ssu_cuda_pipe_launch launch) {                 \
+    pdl_wait();                                                                   \
     pipe_body<ST, IT, SR, MODE>(launch);                                          \
   }
 #define SSU_PIPE_KERNELS_FOR(sname, ST, SR, MODE, suffix)                 \

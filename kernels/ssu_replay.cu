@@ -1313,10 +1313,12 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
 #define SSU_REPLAY_KERNEL(SNAME, ST, INAME, IT)                                          \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayMinBlocks)                         \
       ssu_replay_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                      \
+    pdl_wait();                                                                          \
     replay_body<ST, IT>(L);                                                              \
   }                                                                                      \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
       ssu_replay_warp_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                 \
+    pdl_wait();                                                                          \
     replay_warp_body<ST, IT>(L);                                                         \
   }
 #define SSU_REPLAY_KERNELS(SNAME, ST)            \

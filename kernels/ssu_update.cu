@@ -308,6 +308,17 @@ __device__ __forceinline__ float row_encode_factor(const float* hs, int lpr) {
 }
 
 // A slot value is padding when negative or equal to the call's pad id.
+// Programmatic dependent launch (a plan's SSU_PLAN_PDL): such a launch may
+// start while the stream's previous kernel finishes, so the update and
+// replay kernels wait for that kernel's completion and memory before
+// touching any tensor. Without it (or with no previous kernel) the wait
+// returns at once.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ bool is_pad(int64_t slot, int64_t pad_id) {
   return slot < 0 || slot == pad_id;
 }
@@ -757,6 +768,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
 #define SSU_KERNEL(name, ST, IT, VEC, KC, ASYNC, SR, MINB)                   \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS, MINB)        \
       name(const __grid_constant__ ssu_cuda_update_launch launch) {          \
+    pdl_wait();                                                              \
     update_body<ST, IT, VEC, KC, ASYNC, SR>(launch);                         \
   }
 

@@ -37,6 +37,8 @@
 #define SSU_F_DT_BIAS_PER_CHANNEL 0x8000u
 #define SSU_F_MULTI_TOKEN 0x10000u /* x had a token axis (or varlen)      */
 #define SSU_F_STOCHASTIC 0x20000u  /* f16/bf16 state stores round stochastically */
+#define SSU_F_LAUNCH_PDL 0x40000u  /* the plan's SSU_PLAN_PDL: launch with programmatic
+                                      dependent launch (set at execute, not by the args) */
 /* An i16 state (state_dtype == SSU_DTYPE_I16) always has state_scale, and
  * inter_scale when it has an intermediate buffer. */
 

@@ -304,6 +304,51 @@ TEST_CASE("api: plan info and pinned algorithms") {
   CHECK(plan == kSentinelPlan);
 }
 
+TEST_CASE("api: plan flags: SSU_PLAN_PDL, unknown bits refused, 0.3's options size still read") {
+  CpuContext c;
+  HostMemory mem;
+  UpdateProblem p(small_case(13), mem);
+  const ssu_update_args_t args = p.args();
+  // SSU_PLAN_PDL has no effect on the CPU backend: the plan runs as usual.
+  ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+  po.flags = SSU_PLAN_PDL;
+  ssu_plan_t plan = nullptr;
+  REQUIRE_MESSAGE(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_SUCCESS,
+                  ssu_last_error_message());
+  REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+  CheckResult r = p.check();
+  CHECK_MESSAGE(r.ok, r.message);
+  ssu_plan_destroy(plan);
+  // Bits ssu.h does not define: refused, no plan.
+  for (uint32_t bad : {0x2u, 0x80000000u, 0x3u}) {
+    CAPTURE(bad);
+    po.flags = bad;
+    plan = kSentinelPlan;
+    CHECK(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_ERROR_INVALID_ARGUMENT);
+    CHECK(plan == kSentinelPlan);
+    CHECK(std::strstr(ssu_last_error_message(), "flags") != nullptr);
+  }
+  // A caller built against 0.3's header passes 8 bytes (no flags): read, flags 0.
+  struct OldOptions {
+    uint32_t struct_size;
+    ssu_algorithm_t algorithm;
+  } old = {sizeof(OldOptions), SSU_ALGORITHM_AUTO};
+  static_assert(sizeof(OldOptions) == 8, "0.3's ssu_plan_options_t");
+  plan = nullptr;
+  p.reset();
+  REQUIRE(ssu_plan_create_update(c.ctx, &args, reinterpret_cast<const ssu_plan_options_t*>(&old),
+                                 &plan) == SSU_SUCCESS);
+  REQUIRE(ssu_plan_execute_update(plan, &args, nullptr) == SSU_SUCCESS);
+  r = p.check();
+  CHECK_MESSAGE(r.ok, r.message);
+  ssu_plan_destroy(plan);
+  old.struct_size = 7;
+  plan = kSentinelPlan;
+  CHECK(ssu_plan_create_update(c.ctx, &args, reinterpret_cast<const ssu_plan_options_t*>(&old),
+                               &plan) == SSU_ERROR_STRUCT_SIZE);
+  CHECK(plan == kSentinelPlan);
+}
+
 TEST_CASE("api: algorithm values ssu.h does not define are refused") {
   // 3 was SSU_ALGORITHM_CUDA_TMA until 0.2; 0.3 removed it, and a program
   // built against the old header that still pins it must get the refusal

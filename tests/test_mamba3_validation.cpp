@@ -798,3 +798,22 @@ TEST_CASE("mamba3 validation: execute refuses rotary arguments that do not fit t
     CHECK_MESSAGE(r2.ok, r2.message);
   }
 }
+
+TEST_CASE("mamba3 validation: SSU_PLAN_PDL is refused by Mamba-3 plans, with no plan") {
+  CpuContext c;
+  HostMemory mem;
+  ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+  po.flags = SSU_PLAN_PDL;
+  StepProblem p(step_base(kWithOutproj), mem);
+  const ssu_mamba3_step_args_t a = p.args();
+  ssu_plan_t plan = kSentinelPlan;
+  CHECK(ssu_plan_create_mamba3_step(c.ctx, &a, &po, &plan) == SSU_ERROR_NOT_SUPPORTED);
+  CHECK(plan == kSentinelPlan);
+  CHECK(std::string(ssu_last_error_message()).find("SSU_PLAN_PDL") != std::string::npos);
+  RotaryCase rc;
+  rc.seed = 10;
+  RotaryProblem rp(rc, mem);
+  const ssu_mamba3_rotary_args_t ra = rp.args();
+  CHECK(ssu_plan_create_mamba3_rotary(c.ctx, &ra, &po, &plan) == SSU_ERROR_NOT_SUPPORTED);
+  CHECK(plan == kSentinelPlan);
+}

@@ -1,6 +1,8 @@
 // The C entry points: argument checks on handles, exception barrier, the
 // thread-local message. Everything else lives in src/core and the backends.
+#include <algorithm>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -33,6 +35,7 @@ struct ssu_plan_s {
   ssu_rotary_params rot_proto;
   ssu_replay_params replay_proto;
   ssu_algorithm_t algorithm;
+  uint32_t flags;  // SSU_PLAN_* of its options
 };
 
 namespace {
@@ -101,7 +104,17 @@ constexpr char kUnknownAlgorithm[] = "unknown";
 ssu_plan_options_t plan_options(const ssu_plan_options_t* options) {
   ssu_plan_options_t o;
   std::memset(&o, 0, sizeof o);
-  if (options) o = read_versioned(options, "options", "SSU_PLAN_OPTIONS_INIT");
+  if (options) {
+    // 0.3's options ended before `flags`: that size still reads, flags 0.
+    constexpr size_t kFirstSize = offsetof(ssu_plan_options_t, flags);
+    if (options->struct_size < kFirstSize)
+      ssu::fail(SSU_ERROR_STRUCT_SIZE, "options->struct_size=%u is smaller than %zu; initialize "
+                "it with SSU_PLAN_OPTIONS_INIT", options->struct_size, kFirstSize);
+    std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
+  }
+  if (o.flags & ~uint32_t(SSU_PLAN_PDL))
+    ssu::fail(SSU_ERROR_INVALID_ARGUMENT, "options->flags=0x%x has bits that are not SSU_PLAN_* "
+              "flags of this libssu (%s)", o.flags, ssu_version_string());
   // Unknown values (among them 3, the cuda_tma that 0.2 reserved) are
   // refused here, before any backend sees them, so that every backend and
   // operation refuses them with the same status and message.
@@ -316,6 +329,7 @@ ssu_status_t ssu_plan_create_update(ssu_context_t context, const ssu_update_args
     auto plan = new_plan(c, ssu_plan_s::kUpdate);
     plan->proto = ssu::normalize_update(args);
     plan->algorithm = c->backend->plan_update(plan->proto, o.algorithm);
+    plan->flags = o.flags;
     *out = plan.release();
   });
 }
@@ -328,6 +342,9 @@ ssu_status_t ssu_plan_create_mamba3_step(ssu_context_t context, const ssu_mamba3
     const ssu_plan_options_t o = plan_options(options);
     auto plan = new_plan(c, ssu_plan_s::kMamba3Step);
     plan->m3_proto = ssu::normalize_mamba3_step(args);
+    if (o.flags & SSU_PLAN_PDL)
+      ssu::fail(SSU_ERROR_NOT_SUPPORTED, "options->flags has SSU_PLAN_PDL, which Mamba-3 plans do "
+                "not take (update and replay plans do)");
     plan->algorithm = c->backend->plan_mamba3_step(plan->m3_proto, o.algorithm);
     *out = plan.release();
   });
@@ -342,6 +359,9 @@ ssu_status_t ssu_plan_create_mamba3_rotary(ssu_context_t context,
     const ssu_plan_options_t o = plan_options(options);
     auto plan = new_plan(c, ssu_plan_s::kMamba3Rotary);
     plan->rot_proto = ssu::normalize_mamba3_rotary(args);
+    if (o.flags & SSU_PLAN_PDL)
+      ssu::fail(SSU_ERROR_NOT_SUPPORTED, "options->flags has SSU_PLAN_PDL, which Mamba-3 plans do "
+                "not take (update and replay plans do)");
     plan->algorithm = c->backend->plan_mamba3_rotary(plan->rot_proto, o.algorithm);
     *out = plan.release();
   });
@@ -356,6 +376,7 @@ ssu_status_t ssu_plan_create_replay(ssu_context_t context, const ssu_replay_args
     auto plan = new_plan(c, ssu_plan_s::kReplay);
     plan->replay_proto = ssu::normalize_replay(args);
     plan->algorithm = c->backend->plan_replay(plan->replay_proto, o.algorithm);
+    plan->flags = o.flags;
     *out = plan.release();
   });
 }
@@ -388,9 +409,10 @@ ssu_status_t ssu_plan_execute_update(ssu_plan_t plan, const ssu_update_args_t* a
   return guarded([&] {
     ssu_plan_s* p = plan_from(plan);
     require_op(p, ssu_plan_s::kUpdate, "ssu_plan_execute_update");
-    const ssu_update_params params = ssu::normalize_update(args);
+    ssu_update_params params = ssu::normalize_update(args);
     ssu::check_fits_plan(p->proto, params);
     if (params.batch == 0) return;
+    if (p->flags & SSU_PLAN_PDL) params.features |= SSU_F_LAUNCH_PDL;
     p->backend->execute_update(params, p->algorithm, stream);
   });
 }
@@ -424,9 +446,10 @@ ssu_status_t ssu_plan_execute_replay(ssu_plan_t plan, const ssu_replay_args_t* a
   return guarded([&] {
     ssu_plan_s* p = plan_from(plan);
     require_op(p, ssu_plan_s::kReplay, "ssu_plan_execute_replay");
-    const ssu_replay_params params = ssu::normalize_replay(args);
+    ssu_replay_params params = ssu::normalize_replay(args);
     ssu::check_fits_replay_plan(p->replay_proto, params);
     if (params.u.batch == 0) return;
+    if (p->flags & SSU_PLAN_PDL) params.u.features |= SSU_F_LAUNCH_PDL;
     p->backend->execute_replay(params, p->algorithm, stream);
   });
 }
@@ -436,8 +459,9 @@ ssu_status_t ssu_plan_execute_replay_flush(ssu_plan_t plan, const ssu_replay_flu
   return guarded([&] {
     ssu_plan_s* p = plan_from(plan);
     require_op(p, ssu_plan_s::kReplay, "ssu_plan_execute_replay_flush");
-    const ssu_replay_params params = ssu::normalize_replay_flush(args, p->replay_proto);
+    ssu_replay_params params = ssu::normalize_replay_flush(args, p->replay_proto);
     if (params.u.batch == 0) return;
+    if (p->flags & SSU_PLAN_PDL) params.u.features |= SSU_F_LAUNCH_PDL;
     p->backend->execute_replay(params, p->algorithm, stream);
   });
 }

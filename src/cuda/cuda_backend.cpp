@@ -410,7 +410,7 @@ class CudaBackend final : public Backend {
            "large for one CUDA launch", static_cast<long long>(blocks), static_cast<long long>(bh));
     void* args[] = {&L};
     launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_REPLAY_THREADS, static_cast<unsigned>(need),
-           stream, args);
+           stream, args, pdl(p));
   }
 
   void advance_seed(uint64_t* seed, uint64_t increment, ssu_stream_t stream) override {
@@ -545,7 +545,7 @@ class CudaBackend final : public Backend {
 
     void* args[] = {&L};
     launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, static_cast<unsigned>(smem),
-           stream, args);
+           stream, args, pdl(p));
   }
 
  private:
@@ -839,7 +839,7 @@ class CudaBackend final : public Backend {
                 rows_aligned16(p.C, eb, {p.C_stride_b, p.C_stride_g});
     const int64_t blocks = (warps + SSU_CUDA_THREADS / 32 - 1) / (SSU_CUDA_THREADS / 32);
     void* args[] = {&L};
-    launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, 0, stream, args);
+    launch(fn, static_cast<unsigned>(blocks), SSU_CUDA_THREADS, 0, stream, args, pdl(p));
     return true;
   }
 
@@ -916,8 +916,14 @@ class CudaBackend final : public Backend {
            static_cast<long long>(bh));
     const int64_t grid = std::min<int64_t>({L.items, resident * sms_, pipe_max_blocks_});
     void* args[] = {&L};
+    // Programmatic dependent launch only while a block has fewer than two
+    // items: a persistent grid started early beside the previous kernel's
+    // blocks keeps some of its blocks waiting for a place, and with many
+    // items each that measured slower (H100, behind a producer that let it
+    // start: batch 8 0.5 us faster, batch 64 1.9 us and batch 256 15 us
+    // slower, f32 state).
     launch(fn, static_cast<unsigned>(grid), SSU_CUDA_THREADS,
-           static_cast<unsigned>(smem), stream, args);
+           static_cast<unsigned>(smem), stream, args, pdl(p) && L.items < 2 * grid);
     return true;
   }
 
@@ -1017,13 +1023,39 @@ class CudaBackend final : public Backend {
 
   // Launches `fn` on `stream` with the library's context current (pushed
   // only when the caller's current context differs).
+  // Whether a call's kernels launch with programmatic dependent launch: its
+  // plan asked (SSU_PLAN_PDL) and the device has it (sm_90; the kernels wait
+  // on the previous grid first, kernels/ssu_update.cu pdl_wait).
+  bool pdl(const ssu_update_params& p) const {
+    return (p.features & SSU_F_LAUNCH_PDL) && cc_ >= 90 && d_.LaunchKernelEx;
+  }
+
   void launch(CUfunction fn, unsigned blocks, unsigned threads, unsigned smem,
-              ssu_stream_t stream, void** args) const {
+              ssu_stream_t stream, void** args, bool programmatic = false) const {
     const CUstream s = reinterpret_cast<CUstream>(stream);
     CUcontext cur = nullptr;
     const bool push = d_.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx_;
     if (push) check(d_, d_.CtxPushCurrent(ctx_), "cuCtxPushCurrent");
-    const CUresult r = d_.LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, smem, s, args, nullptr);
+    CUresult r;
+    if (programmatic) {
+      CUlaunchAttribute attr;
+      std::memset(&attr, 0, sizeof attr);
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmaticStreamSerializationAllowed = 1;
+      CUlaunchConfig cfg;
+      std::memset(&cfg, 0, sizeof cfg);
+      cfg.gridDimX = blocks;
+      cfg.gridDimY = cfg.gridDimZ = 1;
+      cfg.blockDimX = threads;
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cfg.sharedMemBytes = smem;
+      cfg.hStream = s;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      r = d_.LaunchKernelEx(&cfg, fn, args, nullptr);
+    } else {
+      r = d_.LaunchKernel(fn, blocks, 1, 1, threads, 1, 1, smem, s, args, nullptr);
+    }
     if (push) {
       CUcontext popped = nullptr;
       d_.CtxPopCurrent(&popped);

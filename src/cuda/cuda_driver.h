@@ -63,6 +63,26 @@ constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr unsigned CU_EVENT_DEFAULT = 0;
 constexpr CUstreamCaptureMode CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
 
+// cuLaunchKernelEx's configuration (cuda.h's layout), for programmatic
+// dependent launch: attribute 6, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    unsigned programmaticStreamSerializationAllowed;
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ;
+  unsigned blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+
 // X(member, "driver symbol", minimum driver version, required, signature)
 // The version is the one passed to cuGetProcAddress: it selects the ABI the
 // signature below describes (e.g. cuCtxPushCurrent resolves to its _v2).
@@ -100,6 +120,8 @@ constexpr CUstreamCaptureMode CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
   X(LaunchKernel, "cuLaunchKernel", 12000, true,                                          \
     CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
                  unsigned, CUstream, void**, void**))                                     \
+  X(LaunchKernelEx, "cuLaunchKernelEx", 12000, false,                                     \
+    CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**))                      \
   /* memory, streams, events and graphs: used by tests and ssu-bench */                  \
   X(MemAlloc, "cuMemAlloc", 12000, true, CUresult (*)(CUdeviceptr*, size_t))              \
   X(MemFree, "cuMemFree", 12000, true, CUresult (*)(CUdeviceptr))                         \

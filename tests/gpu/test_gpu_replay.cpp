@@ -247,7 +247,7 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
 // counters the previous replay left: every replay is checked against the
 // float64 reference like an eager call, and the whole run must leave the
 // same bits as the eager run, outputs included.
-TEST_CASE("gpu: replay steps and flush ops captured in CUDA graphs replay like eager calls") {
+TEST_CASE("gpu: replay steps and flush ops captured in CUDA graphs (and with SSU_PLAN_PDL) replay like eager calls") {
   CudaMemory mem;
   std::vector<ReplayCase> cases;
   {
@@ -295,6 +295,25 @@ TEST_CASE("gpu: replay steps and flush ops captured in CUDA graphs replay like e
     const std::string d = compare_snapshots(eager, replayed, "eager", "graph", true,
                                             ssu_dtype_size(c.input));
     CHECK_MESSAGE(d.empty(), "graph replays differ from eager calls: " << d);
+    // The same plan with programmatic dependent launch (SSU_PLAN_PDL), eager
+    // and captured: the same bits as ordinary launches.
+    ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+    po.flags = SSU_PLAN_PDL;
+    ReplayOptions op;
+    op.keep_snapshots = true;
+    op.plan_options = &po;
+    const ReplayResult pdl_eager = run_replay_case(g_cuda, mem, c, op);
+    GraphLauncher pdl_graphs;
+    op.launcher = &pdl_graphs;
+    const ReplayResult pdl_graph = run_replay_case(g_cuda, mem, c, op);
+    CHECK_MESSAGE(pdl_eager.ok, "pdl eager: " << pdl_eager.message);
+    CHECK_MESSAGE(pdl_graph.ok, "pdl graph: " << pdl_graph.message << " " << pdl_graphs.error);
+    if (!pdl_eager.ok || !pdl_graph.ok) continue;
+    for (const ReplayResult* r : {&pdl_eager, &pdl_graph}) {
+      const std::string e = compare_snapshots(eager, *r, "eager", "pdl", true,
+                                              ssu_dtype_size(c.input));
+      CHECK_MESSAGE(e.empty(), "launches with SSU_PLAN_PDL differ from ordinary ones: " << e);
+    }
   }
 }
 

@@ -407,6 +407,85 @@ TEST_CASE("gpu: execute is capturable in a CUDA graph and replays with new indic
   ssu_plan_destroy(plan);
 }
 
+// SSU_PLAN_PDL: a second update whose x is the first one's out, launched
+// right after it with programmatic dependent launch (eagerly, and captured
+// into one graph, where the edge between the two kernel nodes becomes a
+// programmatic one): the same bits as ordinary launches. Without its wait
+// the second kernel would read the first's poisoned out. Batch 6 runs the
+// direct kernels, batch 256 the pipelined ones.
+TEST_CASE("gpu: SSU_PLAN_PDL launches read what the previous kernel wrote, eagerly and in a graph") {
+  CudaMemory mem;
+  CUstream stream = nullptr;
+  ok(g_drv.StreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const ssu_stream_t s = reinterpret_cast<ssu_stream_t>(stream);
+  for (int64_t batch : {int64_t(6), int64_t(256)}) {
+    CAPTURE(batch);
+    UpdateCase c;
+    c.dtypes(SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F32).shape(8, 2, 64, 128);
+    c.batch = batch;
+    c.index = SSU_DTYPE_I32;
+    c.seed = 5150 + uint64_t(batch);
+    c.tag = "pdl";
+    UpdateCase c2 = c;
+    c2.seed += 1;
+    UpdateProblem first(c, mem), second(c2, mem);
+    const ssu_update_args_t a1 = first.args();
+    ssu_update_args_t a2 = second.args();
+    a2.x = a1.out;
+    ssu_plan_options_t po = SSU_PLAN_OPTIONS_INIT;
+    po.flags = SSU_PLAN_PDL;
+    ssu_plan_t plain1 = nullptr, plain2 = nullptr, pdl1 = nullptr, pdl2 = nullptr;
+    REQUIRE(ssu_plan_create_update(g_cuda, &a1, nullptr, &plain1) == SSU_SUCCESS);
+    REQUIRE(ssu_plan_create_update(g_cuda, &a2, nullptr, &plain2) == SSU_SUCCESS);
+    REQUIRE(ssu_plan_create_update(g_cuda, &a1, &po, &pdl1) == SSU_SUCCESS);
+    REQUIRE(ssu_plan_create_update(g_cuda, &a2, &po, &pdl2) == SSU_SUCCESS);
+    auto run = [&](ssu_plan_t p1, ssu_plan_t p2) {
+      REQUIRE(ssu_plan_execute_update(p1, &a1, s) == SSU_SUCCESS);
+      REQUIRE(ssu_plan_execute_update(p2, &a2, s) == SSU_SUCCESS);
+    };
+    auto fresh = [&] {
+      first.reset();
+      second.reset();
+      ok(g_drv.CtxSynchronize(), "cuCtxSynchronize");
+    };
+    auto results = [&] {
+      ok(g_drv.StreamSynchronize(stream), "cuStreamSynchronize");
+      return std::make_pair(second.download("out"), second.download("state"));
+    };
+    fresh();
+    run(plain1, plain2);
+    const auto expect = results();
+    CheckResult r = first.check();  // the producer itself is right
+    CHECK_MESSAGE(r.ok, r.message);
+
+    fresh();
+    run(pdl1, pdl2);
+    CHECK_MESSAGE(results() == expect, "eager launches with SSU_PLAN_PDL differ");
+    fresh();
+    run(plain1, pdl2);
+    CHECK_MESSAGE(results() == expect, "a PDL launch after an ordinary one differs");
+
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    ok(g_drv.StreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    const ssu_status_t st1 = ssu_plan_execute_update(pdl1, &a1, s);
+    const ssu_status_t st2 = ssu_plan_execute_update(pdl2, &a2, s);
+    ok(g_drv.StreamEndCapture(stream, &graph), "cuStreamEndCapture");
+    REQUIRE(st1 == SSU_SUCCESS);
+    REQUIRE(st2 == SSU_SUCCESS);
+    ok(g_drv.GraphInstantiate(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+    for (int rep = 0; rep < 3; ++rep) {
+      fresh();
+      ok(g_drv.GraphLaunch(exec, stream), "cuGraphLaunch");
+      CHECK_MESSAGE(results() == expect, "graph launch " << rep << " with SSU_PLAN_PDL differs");
+    }
+    g_drv.GraphExecDestroy(exec);
+    g_drv.GraphDestroy(graph);
+    for (ssu_plan_t p : {plain1, plain2, pdl1, pdl2}) ssu_plan_destroy(p);
+  }
+  g_drv.StreamDestroy(stream);
+}
+
 TEST_CASE("gpu: slot indices beyond the pool are padding and set the error word") {
   CudaMemory mem;
   for (ssu_dtype_t idx : {SSU_DTYPE_I32, SSU_DTYPE_I64}) {

@@ -204,15 +204,17 @@ class Context(_Handle):
         state = self.device_name if self._handle else "closed"
         return f"ssu.Context({self.backend!r}: {state})"
 
-    def plan_update(self, algorithm="auto", **args):
+    def plan_update(self, algorithm="auto", pdl=False, **args):
         """Validates the arguments of an update and creates a Plan for
         updates of their kind (see ssu.h: everything but data pointers,
         strides, the batch size and the pool's slot count is fixed).
         ``algorithm`` is "auto" or pins one by name ("cpu_rows",
         "cuda_simple", "cuda_pipelined") or by its code; a pinned algorithm
         that cannot run this update, or a code the library does not know,
-        raises SsuError with status 202 (algorithm not available)."""
-        return Plan(self, args, algorithm, _UPDATE)
+        raises SsuError with status 202 (algorithm not available).
+        ``pdl=True`` sets SSU_PLAN_PDL: on sm_90 GPUs the plan's kernels
+        launch with programmatic dependent launch (ssu.h)."""
+        return Plan(self, args, algorithm, _UPDATE, pdl)
 
     def plan_mamba3_step(self, algorithm="auto", **args):
         """Validates the arguments of a Mamba-3 decode step and creates a
@@ -224,7 +226,7 @@ class Context(_Handle):
         Plan for rotary steps of their kind (ssu_mamba3_rotary_args_t)."""
         return Plan(self, args, algorithm, _MAMBA3_ROTARY)
 
-    def plan_replay(self, algorithm="auto", **args):
+    def plan_replay(self, algorithm="auto", pdl=False, **args):
         """Validates the arguments of a replay (checkpointed decode) step and
         creates a Plan for replay steps of their kind (ssu_replay_args_t):
         the update's keywords (``state`` is the checkpoint pool; no
@@ -235,7 +237,7 @@ class Context(_Handle):
         ``num_accepted (Bt,)`` (speculative decoding). Run steps with
         Plan.execute() or Plan.bind(), flushes with Plan.flush() or
         Plan.bind_flush(). Experimental like the C API."""
-        return Plan(self, args, algorithm, _REPLAY)
+        return Plan(self, args, algorithm, _REPLAY, pdl)
 
     def _once(self, op, stream, args):
         plan = Plan(self, args, "auto", op)
@@ -277,9 +279,9 @@ def advance_seed(context, seed, increment=1, stream=0):
     context.advance_seed(seed, increment, stream)
 
 
-def plan_replay(context, algorithm="auto", **args):
+def plan_replay(context, algorithm="auto", pdl=False, **args):
     """ssu_plan_create_replay: see Context.plan_replay."""
-    return context.plan_replay(algorithm, **args)
+    return context.plan_replay(algorithm, pdl, **args)
 
 
 def execute_replay(plan, stream=0, **args):
@@ -420,7 +422,7 @@ class Plan(_Handle):
     plan_replay(). ``kind`` names the operation ("update", "mamba3_step",
     "mamba3_rotary", "replay")."""
 
-    def __init__(self, ctx, args, algorithm="auto", op=_UPDATE):
+    def __init__(self, ctx, args, algorithm="auto", op=_UPDATE, pdl=False):
         if op.has_ring and not _lib.has_replay:
             raise SsuError(_lib.ERROR_NOT_SUPPORTED,
                            f"{_lib.lib_path} has no replay entry points (ssu_plan_create_replay); "
@@ -436,7 +438,8 @@ class Plan(_Handle):
                 raise ValueError(f"unknown algorithm {algorithm!r}; use one of "
                                  f"{', '.join(_ALGORITHMS)}") from None
         opts = _lib.ssu_plan_options_t(struct_size=ctypes.sizeof(_lib.ssu_plan_options_t),
-                                       algorithm=algorithm)
+                                       algorithm=algorithm,
+                                       flags=_lib.PLAN_PDL if pdl else 0)
         built = _Args(ctx, args, 0, op)
         handle = ctypes.c_void_p()
         _check(getattr(_L, op.create)(ctx.handle, built.ref, ctypes.byref(opts),

@@ -74,6 +74,7 @@ ALGORITHM_CUDA_SIMPLE = 2
 # 3 is unused (the reserved cuda_tma until 0.2)
 ALGORITHM_CUDA_PIPELINED = 4
 ALGORITHM_CUDA_REPLAY = 5
+PLAN_PDL = 0x1  # ssu_plan_options.flags
 
 UPDATE_DT_SOFTPLUS = 0x1
 UPDATE_DISABLE_STATE_UPDATE = 0x2
@@ -127,6 +128,7 @@ class ssu_plan_options_t(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
         ("algorithm", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
     ]
 
 
@@ -299,7 +301,7 @@ EXPECTED_LAYOUT = {
     ssu_state_pool_t: (568, {"struct_size": 0, "reserved0": 4, "state": 8, "state_scale": 120,
                              "prev_B": 232, "prev_x": 344, "angle_state": 456}),
     ssu_context_options_t: (16, {"struct_size": 0, "backend": 4, "device_ordinal": 8, "num_threads": 12}),
-    ssu_plan_options_t: (8, {"struct_size": 0, "algorithm": 4}),
+    ssu_plan_options_t: (12, {"struct_size": 0, "algorithm": 4, "flags": 8}),
     ssu_plan_info_t: (24, {"struct_size": 0, "backend": 4, "algorithm": 8, "reserved0": 12,
                            "algorithm_name": 16}),
     ssu_update_args_t: _update_args_layout(),

@@ -76,6 +76,15 @@ def test_library_and_names():
     assert ssu.dtype_code("bf16") == 3 and ssu.dtype_code("torch.float16") == 2
 
 
+def test_plan_pdl_flag(ctx):
+    # SSU_PLAN_PDL changes only how CUDA kernels launch: the CPU plan runs as usual.
+    a = make(3, Bt=2)
+    want = make(3, Bt=2)
+    ctx.plan_update(pdl=True, **a).execute(**a)
+    ctx.plan_update(**want).execute(**want)
+    assert same_bits(a["out"], want["out"]) and same_bits(a["state"], want["state"])
+
+
 def test_pinned_algorithms(ctx):
     a = make(2, Bt=2)
     plan = ctx.plan_update(algorithm="cpu_rows", **a)

@@ -66,6 +66,7 @@ pub const SSU_ALGORITHM_CPU_ROWS: i32 = 1;
 pub const SSU_ALGORITHM_CUDA_SIMPLE: i32 = 2;
 pub const SSU_ALGORITHM_CUDA_PIPELINED: i32 = 4;
 pub const SSU_ALGORITHM_CUDA_REPLAY: i32 = 5;
+pub const SSU_PLAN_PDL: i32 = 1;
 pub const SSU_MAMBA3_UPDATE_PREV: i32 = 1;
 pub const SSU_MAMBA3_ROTARY_HALVED: i32 = 1;
 pub const SSU_ERROR_BIT_ACCEPTED: i32 = 4;
@@ -1247,17 +1248,20 @@ pub type ssu_plan_t = *mut ssu_plan_s;
 #[doc = "  creation fails with SSU_ERROR_ALGORITHM_UNAVAILABLE if it cannot run)."]
 #[doc = "  A value not defined here is refused the same way by every operation."]
 pub type ssu_algorithm_t = i32;
+#[doc = " Plan options. struct_size as everywhere; a struct_size of 8 (the"]
+#[doc = "  options before `flags`, libssu 0.3) still reads, with flags 0."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ssu_plan_options {
     pub struct_size: u32,
     pub algorithm: ssu_algorithm_t,
+    pub flags: u32,
 }
 #[test]
 fn bindgen_test_layout_ssu_plan_options() {
     assert_eq!(
         ::std::mem::size_of::<ssu_plan_options>(),
-        8usize,
+        12usize,
         concat!("Size of: ", stringify!(ssu_plan_options))
     );
     assert_eq!(
@@ -1299,7 +1303,26 @@ fn bindgen_test_layout_ssu_plan_options() {
         );
     }
     test_field_algorithm();
+    fn test_field_flags() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<ssu_plan_options>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).flags) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(ssu_plan_options),
+                "::",
+                stringify!(flags)
+            )
+        );
+    }
+    test_field_flags();
 }
+#[doc = " Plan options. struct_size as everywhere; a struct_size of 8 (the"]
+#[doc = "  options before `flags`, libssu 0.3) still reads, with flags 0."]
 pub type ssu_plan_options_t = ssu_plan_options;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

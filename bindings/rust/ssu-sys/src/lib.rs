@@ -57,6 +57,7 @@ pub const fn ssu_plan_options_init() -> ssu_plan_options_t {
     ssu_plan_options_t {
         struct_size: core::mem::size_of::<ssu_plan_options_t>() as u32,
         algorithm: SSU_ALGORITHM_AUTO,
+        flags: 0,
     }
 }
 
