@@ -109,6 +109,23 @@ struct StateFormat<int8_t> {
     return static_cast<int8_t>(__float_as_int(v * enc + 12582912.0f) - 0x4B400000);
   }
 };
+// Round to nearest even of a finite s on the E4M3 grid by the hardware
+// conversion (sm_89 and later): with satfinite a value beyond +-448
+// saturates to +-448, as the clamp of ssu_math::e4m3_scaled does, and the
+// rest rounds as ssu_math::e4m3_encode_rn (OCP E4M3, ties to even,
+// subnormals), one instruction instead of about a dozen. The sign bit is
+// OR-ed in so that an fp32 subnormal s, which the conversion may flush to
+// +0, keeps it as the software encoder does (0x80 for a negative zero).
+__device__ __forceinline__ uint8_t e4m3_rn_finite(float s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(s));
+  return static_cast<uint8_t>((pair & 0xffu) | ((__float_as_uint(s) >> 24) & 0x80u));
+#else
+  return ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(s, 1.0f));
+#endif
+}
+
 template <>
 struct StateFormat<e4m3> {
   static constexpr bool kScaled = true;
@@ -129,7 +146,7 @@ struct StateFormat<e4m3> {
   // its clamp to +-448 stays (a stochastic store of a value just above 448
   // could carry into the NaN code).
   __device__ static __forceinline__ e4m3 encode_finite(float v, float enc) {
-    return e4m3{ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v, enc))};
+    return e4m3{e4m3_rn_finite(v * enc)};
   }
   __device__ static __forceinline__ e4m3 encode_sr_finite(float v, float enc, uint32_t word) {
     return e4m3{ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v, enc), word)};
