@@ -324,7 +324,6 @@ __device__ __forceinline__ float row_encode_factor(const float* hs, int lpr) {
   return StateFormat<ST>::encode_factor(amax);
 }
 
-// A slot value is padding when negative or equal to the call's pad id.
 // Programmatic dependent launch (a plan's SSU_PLAN_PDL): such a launch may
 // start while the stream's previous kernel finishes, so the update and
 // replay kernels wait for that kernel's completion and memory before
@@ -336,6 +335,7 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// A slot value is padding when negative or equal to the call's pad id.
 __device__ __forceinline__ bool is_pad(int64_t slot, int64_t pad_id) {
   return slot < 0 || slot == pad_id;
 }
