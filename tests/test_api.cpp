@@ -324,7 +324,7 @@ TEST_CASE("api: plan flags: SSU_PLAN_PDL, unknown bits refused, 0.3's options si
     CAPTURE(bad);
     po.flags = bad;
     plan = kSentinelPlan;
-    CHECK(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_ERROR_INVALID_ARGUMENT);
+    CHECK(ssu_plan_create_update(c.ctx, &args, &po, &plan) == SSU_ERROR_UNKNOWN_FLAG);
     CHECK(plan == kSentinelPlan);
     CHECK(std::strstr(ssu_last_error_message(), "flags") != nullptr);
   }
@@ -342,11 +342,19 @@ TEST_CASE("api: plan flags: SSU_PLAN_PDL, unknown bits refused, 0.3's options si
   r = p.check();
   CHECK_MESSAGE(r.ok, r.message);
   ssu_plan_destroy(plan);
-  old.struct_size = 7;
-  plan = kSentinelPlan;
-  CHECK(ssu_plan_create_update(c.ctx, &args, reinterpret_cast<const ssu_plan_options_t*>(&old),
-                               &plan) == SSU_ERROR_STRUCT_SIZE);
-  CHECK(plan == kSentinelPlan);
+  // Below the old layout, or ending inside `flags`: refused.
+  struct Padded {
+    OldOptions o;
+    uint32_t tail;
+  } padded = {old, 0};
+  for (uint32_t size : {7u, 9u, 11u}) {
+    CAPTURE(size);
+    padded.o.struct_size = size;
+    plan = kSentinelPlan;
+    CHECK(ssu_plan_create_update(c.ctx, &args, reinterpret_cast<const ssu_plan_options_t*>(&padded),
+                                 &plan) == SSU_ERROR_STRUCT_SIZE);
+    CHECK(plan == kSentinelPlan);
+  }
 }
 
 TEST_CASE("api: algorithm values ssu.h does not define are refused") {

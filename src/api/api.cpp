@@ -106,15 +106,20 @@ ssu_plan_options_t plan_options(const ssu_plan_options_t* options) {
   std::memset(&o, 0, sizeof o);
   if (options) {
     // 0.3's options ended before `flags`: that size still reads, flags 0.
-    constexpr size_t kFirstSize = offsetof(ssu_plan_options_t, flags);
-    if (options->struct_size < kFirstSize)
-      ssu::fail(SSU_ERROR_STRUCT_SIZE, "options->struct_size=%u is smaller than %zu; initialize "
-                "it with SSU_PLAN_OPTIONS_INIT", options->struct_size, kFirstSize);
+    // Between the two layouts only that size: any other ends inside `flags`.
+    constexpr uint32_t kOldSize = offsetof(ssu_plan_options_t, flags);
+    if (options->struct_size < kOldSize)
+      ssu::fail(SSU_ERROR_STRUCT_SIZE, "options->struct_size=%u is smaller than %u; initialize "
+                "it with SSU_PLAN_OPTIONS_INIT", options->struct_size, kOldSize);
+    if (options->struct_size < sizeof o && options->struct_size != kOldSize)
+      ssu::fail(SSU_ERROR_STRUCT_SIZE, "options->struct_size=%u is neither the 0.3 layout's %u "
+                "nor at least %zu; initialize it with SSU_PLAN_OPTIONS_INIT",
+                options->struct_size, kOldSize, sizeof o);
     std::memcpy(&o, options, std::min<size_t>(options->struct_size, sizeof o));
   }
   if (o.flags & ~uint32_t(SSU_PLAN_PDL))
-    ssu::fail(SSU_ERROR_INVALID_ARGUMENT, "options->flags=0x%x has bits that are not SSU_PLAN_* "
-              "flags of this libssu (%s)", o.flags, ssu_version_string());
+    ssu::fail(SSU_ERROR_UNKNOWN_FLAG, "options->flags=0x%x has unknown bits 0x%x", o.flags,
+              o.flags & ~uint32_t(SSU_PLAN_PDL));
   // Unknown values (among them 3, the cuda_tma that 0.2 reserved) are
   // refused here, before any backend sees them, so that every backend and
   // operation refuses them with the same status and message.

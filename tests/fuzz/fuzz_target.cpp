@@ -628,7 +628,8 @@ void call_fault(Bytes& in, Trial& tr) {
     }
     case 6: {
       tr.options_given = true;
-      tr.options.struct_size = in.pick<uint32_t>({0, 4, uint32_t(sizeof(ssu_plan_options_t)) - 1});
+      // Below 0.3's 8 bytes, or ending inside `flags` (only 8 itself reads).
+      tr.options.struct_size = in.pick<uint32_t>({0, 4, 7, 9, uint32_t(sizeof(ssu_plan_options_t)) - 1});
       tr.refuse("options->struct_size = " + std::to_string(tr.options.struct_size));
       break;
     }
