@@ -100,7 +100,7 @@ sys.exit(0 if ssu.library_path.startswith(sys.prefix) else "ssu did not load its
   || echo "torch is not installed: the ssu.torch tests skip"
 export SSU_LIBRARY="$libso"
 # Run from outside the tree so that `import ssu` is the installed package.
-(cd "$work" && "$work/venv/bin/pytest" -q -p no:cacheprovider "$root/bindings/python/tests")
+(cd "$work" && "$py" -m pytest -q -p no:cacheprovider "$root/bindings/python/tests")
 "$py" "$root/bindings/python/bench_overhead.py" --iters 1000 | sed 's/^/  /'
 
 # ---- examples ------------------------------------------------------------------
