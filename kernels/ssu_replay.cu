@@ -374,14 +374,15 @@ __device__ __forceinline__ void write_outputs(const ssu_update_params& p, IT* ou
 
 // The sequence's last block or warp: this call's B and delta entries (shared
 // by the heads of a group / every head, so written only once every reader
-// has counted itself in) and the counters.
+// has counted itself in) and the counters; with entries false the counters
+// only (the warp kernels' append steps write their entries themselves).
 template <typename IT, int NT>
 __device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp, int64_t b,
                                                      int64_t s, int64_t tok0, int T, int newc,
-                                                     int tid) {
+                                                     int tid, bool entries = true) {
   const ssu_update_params& p = rp.u;
   const uint32_t f = p.features;
-  if (!(rp.rflags & SSU_RF_FLUSH_OP)) {
+  if (entries && !(rp.rflags & SSU_RF_FLUSH_OP)) {
     const int G = static_cast<int>(p.ngroups), N = static_cast<int>(p.dstate);
     IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
     for (int i = tid; i < T * G * N; i += NT) {
@@ -1116,6 +1117,23 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     append_x_rows<IT, 32>(static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
                               h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l,
                           rp.ring_x_stride_l, s_xt, T, P, lane);
+  // An append step's new entries c .. c + T - 1 are read by no one in this
+  // call (readers take entries below c from the ring, the call's tokens from
+  // its inputs), so each warp writes its head's step sizes and the first
+  // warp of each group the group's B rows, now, instead of the sequence's
+  // last warp writing them all once every reader is in: that warp's copy
+  // loop sat at the end of the launch (H100, f32 batch 64: 5-9 us of an
+  // append launch, measured on the append path alone). A flush step's new
+  // entry 0 is still being read by the other warps: the last warp writes it.
+  const bool own_entries = L.early_entries && writes && !flush_op && !flush && T > 0;
+  if (own_entries) {
+    float* const dt_dst = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
+    for (int t = lane; t < T; t += 32) dt_dst[(newc + t) * rp.ring_dt_stride_l] = s_dtt[t];
+    if (h % p.heads_per_group == 0)
+      append_x_rows<IT, 32>(static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
+                                g * rp.ring_B_stride_g + newc * rp.ring_B_stride_l,
+                            rp.ring_B_stride_l, s_Bt, T, N, lane);
+  }
 
   // ---- closed form: the weights of the committed entries and tokens -------
   if (closed) {  // (uniform over the block: one sequence)
@@ -1305,7 +1323,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const bool last = __shfl_sync(kAll, (arrived & 0x7fff) == static_cast<int>(p.nheads) - 1, 0);
   if (!last) return;
   __threadfence();
-  write_shared_entries<IT, 32>(rp, b, s, tok0, T, newc, lane);
+  write_shared_entries<IT, 32>(rp, b, s, tok0, T, newc, lane, !own_entries);
 }
 
 }  // namespace

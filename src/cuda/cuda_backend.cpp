@@ -264,6 +264,10 @@ class CudaBackend final : public Backend {
       // entries and computes the B . C dots itself (measurements).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_GROUP_SHARE"))
         replay_group_share_ = std::atoi(e) != 0;
+      // SSU_CUDA_REPLAY_EARLY_ENTRIES=0: the sequence's last warp writes an
+      // append's B and delta entries too (measurements, tests).
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_EARLY_ENTRIES"))
+        replay_early_entries_ = std::atoi(e) != 0;
       for (int si = 0; si < kStateDtypes; ++si)
         for (int i = 0; i < 3; ++i) {
           replay_fn_[si][i] = load_streaming_kernel(
@@ -608,6 +612,7 @@ class CudaBackend final : public Backend {
     L->lanes_per_row = 8;
     L->warp_slice = static_cast<int32_t>(slice);
     L->prefetch_steps = replay_prefetch_;
+    L->early_entries = replay_early_entries_ ? 1 : 0;
     return need;
   }
 
@@ -1161,6 +1166,7 @@ class CudaBackend final : public Backend {
   int replay_max_rows_ = 0;
   int replay_prefetch_ = 6;  // SSU_CUDA_REPLAY_PREFETCH
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
+  bool replay_early_entries_ = true;  // SSU_CUDA_REPLAY_EARLY_ENTRIES
   int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
