@@ -189,8 +189,9 @@ typedef struct ssu_cuda_replay_launch {
   int32_t prefetch_steps; /* warp-per-head kernels: row steps (4 rows) asked
                              of L2 ahead of the one being read; <= the
                              register depth: none                        */
-  int32_t early_entries; /* warp-per-head kernels: 1 = append steps write
-                            their new B and delta entries themselves    */
+  int32_t early_entries; /* 1 = append steps write their new B and delta
+                            entries as they have them, not the
+                            sequence's last warp / block               */
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

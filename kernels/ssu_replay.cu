@@ -622,6 +622,31 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
         static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s + h * rp.ring_x_stride_h + r0 +
             sqv.newc * rp.ring_x_stride_l,
         rp.ring_x_stride_l, s_xt, T, rows, tid);
+  // An append step's new entries c .. c + T - 1 are read by no one in this
+  // call, so the blocks write them now instead of the sequence's last block
+  // once every reader is in (as the warp kernels do, which measured faster):
+  // each block its rows' step sizes (per-channel) or the head's first tile
+  // the head's (per-head), the first tile of a group's first head the
+  // group's B rows. A flush step's new entry 0 waits for the last block.
+  const bool own_entries = L.early_entries && writes && !flush_op && !flush && T > 0;
+  if (own_entries) {
+    float* const dt_dst = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h +
+                          sqv.newc * rp.ring_dt_stride_l;
+    if (dt_pc) {
+      for (int i = tid; i < T * rows; i += SSU_CUDA_REPLAY_THREADS) {
+        const int t = i / rows, r = i - t * rows;
+        dt_dst[t * rp.ring_dt_stride_l + static_cast<int64_t>(r0 + r) * rp.ring_dt_stride_p] =
+            s_dtt[i];
+      }
+    } else if (r0 == 0) {
+      for (int t = tid; t < T; t += SSU_CUDA_REPLAY_THREADS) dt_dst[t * rp.ring_dt_stride_l] = s_dtt[t];
+    }
+    if (r0 == 0 && h % p.heads_per_group == 0)
+      append_x_rows<IT, SSU_CUDA_REPLAY_THREADS>(
+          static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s + g * rp.ring_B_stride_g +
+              sqv.newc * rp.ring_B_stride_l,
+          rp.ring_B_stride_l, s_Bt, T, static_cast<int>(N), tid);
+  }
 
   // ---- closed form: decays and weights per (token, entry) (a block's fixed
   // cost: it does not shrink with the tile) ------------------------------------
@@ -867,7 +892,8 @@ __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   }
   __syncthreads();
   if (!sq.last) return;
-  write_shared_entries<IT, SSU_CUDA_REPLAY_THREADS>(rp, b, s, tok0, T, sqv.newc, tid);
+  write_shared_entries<IT, SSU_CUDA_REPLAY_THREADS>(rp, b, s, tok0, T, sqv.newc, tid,
+                                                    !own_entries);
 }
 
 

@@ -264,8 +264,8 @@ class CudaBackend final : public Backend {
       // entries and computes the B . C dots itself (measurements).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_GROUP_SHARE"))
         replay_group_share_ = std::atoi(e) != 0;
-      // SSU_CUDA_REPLAY_EARLY_ENTRIES=0: the sequence's last warp writes an
-      // append's B and delta entries too (measurements, tests).
+      // SSU_CUDA_REPLAY_EARLY_ENTRIES=0: the sequence's last warp or block
+      // writes an append's B and delta entries too (measurements, tests).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_EARLY_ENTRIES"))
         replay_early_entries_ = std::atoi(e) != 0;
       for (int si = 0; si < kStateDtypes; ++si)
@@ -380,6 +380,7 @@ class CudaBackend final : public Backend {
     ssu_cuda_replay_launch L;
     std::memset(&L, 0, sizeof L);
     L.p = rp;
+    L.early_entries = replay_early_entries_ ? 1 : 0;
     const int64_t bh = p.batch * p.nheads;
     if (p.nheads >= 32768)
       fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld is too many heads per sequence for the replay "
@@ -612,7 +613,6 @@ class CudaBackend final : public Backend {
     L->lanes_per_row = 8;
     L->warp_slice = static_cast<int32_t>(slice);
     L->prefetch_steps = replay_prefetch_;
-    L->early_entries = replay_early_entries_ ? 1 : 0;
     return need;
   }
 
