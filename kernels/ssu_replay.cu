@@ -375,7 +375,8 @@ __device__ __forceinline__ void write_outputs(const ssu_update_params& p, IT* ou
 // The sequence's last block or warp: this call's B and delta entries (shared
 // by the heads of a group / every head, so written only once every reader
 // has counted itself in) and the counters; with entries false the counters
-// only (the warp kernels' append steps write their entries themselves).
+// only (append steps write their new entries as they have them: nobody in
+// the call reads those).
 template <typename IT, int NT>
 __device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp, int64_t b,
                                                      int64_t s, int64_t tok0, int T, int newc,
