@@ -192,6 +192,10 @@ typedef struct ssu_cuda_replay_launch {
   int32_t early_entries; /* 1 = append steps write their new B and delta
                             entries as they have them, not the
                             sequence's last warp / block               */
+  int32_t off_group_Bf;  /* warp-per-head kernels with group_share, 0 =
+                            none: block-level [L][N + N/8] committed B as
+                            f32 for flush steps' fold, 16 bytes of padding
+                            after every 32 elements (no bank conflicts)  */
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

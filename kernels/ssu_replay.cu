@@ -1130,6 +1130,22 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   else
     __syncwarp();
 
+  // Flush step with a shared group: the block widens the committed B
+  // entries once into f32 rows padded by 16 bytes every 32 elements, so the
+  // fold reads them with 16-byte loads free of bank conflicts (the lanes of
+  // a row read 16 or 32 bytes apart) and widens nothing. (Uniform over the
+  // block: one sequence.)
+  float* const s_Bf =
+      share && flush && L.off_group_Bf > 0 ? reinterpret_cast<float*>(smem + L.off_group_Bf) : nullptr;
+  if (s_Bf) {
+    const int ldb = N + N / 8;
+    for (int i = threadIdx.x; i < c * N; i += SSU_CUDA_REPLAY_THREADS) {
+      const int j = i / N, n = i - j * N;
+      s_Bf[j * ldb + n + (n >> 5) * 4] = to_f32(s_Br[i]);
+    }
+    __syncthreads();
+  }
+
   // Every ring entry and counter this warp reads is read: count it in.
   int arrived = 0;
   if (writes && lane == 0) arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000) >> 16;
@@ -1227,36 +1243,67 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       }
     }
   };
-  // The committed entries folded into a lane's values v of row rr, in the
-  // update's fp32 sequence v * dA_j + B_j * (delta_j * x_j): the flush's
-  // arithmetic, most of its instructions. Pointers step per entry and B is
-  // widened by bit operations; Full: the lane holds KC chunks (kc == KC),
-  // so no chunk is tested.
-  auto fold_committed = [&](auto full, float* v, int rr) {
+  // The committed entries folded into a lane's values of one row (va: row
+  // ra) or, with 4-byte states, two at once (vb: row rb, the same columns),
+  // in the update's fp32 sequence v * dA_j + B_j * (delta_j * x_j): the
+  // flush's arithmetic, most of its instructions. Two rows share each B load
+  // and give the scheduler two independent chains (16-bit states' kernels
+  // have 96 registers: the second row would spill into their appends).
+  // F32B: B from the block's f32 copy (L.off_group_Bf, 16-byte loads,
+  // nothing widened), else widened from s_Br by bit operations; Full: the
+  // lane holds KC chunks (kc == KC), so no chunk is tested.
+  constexpr bool kFoldPairs = sizeof(ST) == 4;
+  auto fold_rows = [&](auto full, auto f32b, float* va, float* vb, int ra, int rb) {
     constexpr bool Full = decltype(full)::value;
-    const IT* Bj = s_Br + l8 * VEC;
-    const IT* xj = s_xr + rr;
-    for (int j = 0; j < c; ++j, Bj += N, xj += P) {
+    constexpr bool F32B = decltype(f32b)::value;
+    constexpr bool Two = kFoldPairs;
+    const int lane_b = F32B ? l8 * VEC + (l8 * VEC >> 5) * 4 : l8 * VEC;
+    const IT* xj = s_xr;
+    for (int j = 0; j < c; ++j, xj += P) {
       const float dA = s_dA[j];
-      const float dtx = s_delta[j] * to_f32(*xj);
+      const float dtxa = s_delta[j] * to_f32(xj[ra]);
+      const float dtxb = Two ? s_delta[j] * to_f32(xj[rb]) : 0.f;
 #pragma unroll
       for (int k = 0; k < KC; ++k) {
         if (Full || k < kc) {
           float bv[VEC];
-          widen_vec<IT, VEC>(Bj + 8 * k * VEC, bv);
+          if constexpr (F32B) {
+            // chunk l8 + 8 k: 8 k VEC elements further, padding included
+            const float* const bk =
+                s_Bf + j * (N + N / 8) + lane_b + 8 * k * VEC + (8 * k * VEC >> 5) * 4;
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) v[k * VEC + i] = v[k * VEC + i] * dA + bv[i] * dtx;
+            for (int i = 0; i < VEC; i += 4) {
+              const float4 b4 = *reinterpret_cast<const float4*>(bk + i);
+              bv[i] = b4.x;
+              bv[i + 1] = b4.y;
+              bv[i + 2] = b4.z;
+              bv[i + 3] = b4.w;
+            }
+          } else {
+            widen_vec<IT, VEC>(s_Br + j * N + lane_b + 8 * k * VEC, bv);
+          }
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            va[k * VEC + i] = va[k * VEC + i] * dA + bv[i] * dtxa;
+            if constexpr (Two) vb[k * VEC + i] = vb[k * VEC + i] * dA + bv[i] * dtxb;
+          }
         }
       }
     }
   };
-  auto fold_step = [&](int rs, const uint4* raw) {
-    const int row = rs * 4 + grp;
+  // A folded row: stored exactly as the plain update stores a row, then the
+  // call's tokens run on it.
+  auto finish_row = [&](int row, float* v) {
     const bool valid = row < P;
     const int rr = valid ? row : 0;
-    float v[KC * VEC];
-    unpack(raw, QUANT ? s_scale[rr] : 1.f, v);
-    auto advance = [&](int j) {
+    if (writes)
+      store_folded_row<ST, VEC, KC>(
+          v, valid, ckpt + static_cast<int64_t>(rr) * N,
+          static_cast<uint64_t>(s * p.state_stride_slot + head_off + static_cast<int64_t>(rr) * N),
+          l8, 8, kc, N / VEC, sr, seed, p.sr_rounds,
+          QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + rr : nullptr);
+    for (int t = 0; t < T; ++t) {
+      const int j = c + t;
       const float dA = s_dA[j];
       const float dtx = s_delta[j] * x_of(j, rr);
       const IT* const Bj = B_of(j);
@@ -1269,26 +1316,55 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           for (int i = 0; i < VEC; ++i) v[k * VEC + i] = v[k * VEC + i] * dA + bv[i] * dtx;
         }
       }
-    };
-    if (kc == KC)
-      fold_committed(std::true_type(), v, rr);
-    else
-      fold_committed(std::false_type(), v, rr);
-    if (writes)
-      store_folded_row<ST, VEC, KC>(
-          v, valid, ckpt + static_cast<int64_t>(rr) * N,
-          static_cast<uint64_t>(s * p.state_stride_slot + head_off + static_cast<int64_t>(rr) * N),
-          l8, 8, kc, N / VEC, sr, seed, p.sr_rounds,
-          QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + rr : nullptr);
-    for (int t = 0; t < T; ++t) {
-      advance(c + t);
       const float dot = row_dot(v, s_C + t * N);
       if (valid && l8 == 0) s_y[t * P + row] = dot;
     }
   };
+  auto fold_dispatch = [&](float* va, float* vb, int ca, int cb) {
+    if (s_Bf) {
+      if (kc == KC)
+        fold_rows(std::true_type(), std::true_type(), va, vb, ca, cb);
+      else
+        fold_rows(std::false_type(), std::true_type(), va, vb, ca, cb);
+    } else if (kc == KC) {
+      fold_rows(std::true_type(), std::false_type(), va, vb, ca, cb);
+    } else {
+      fold_rows(std::false_type(), std::false_type(), va, vb, ca, cb);
+    }
+  };
+  // Flush step: with 4-byte states two row steps at a time (rows rs * 4 +
+  // grp and 4 further), the next two requested as soon as these are in
+  // registers; else one at a time.
+  auto fold_all = [&] {
+    if constexpr (!kFoldPairs) {
+      run_steps(std::integral_constant<int, 2>(), [&](int rs, const uint4* raw) {
+        const int row = rs * 4 + grp;
+        const int rr = row < P ? row : 0;
+        float v[KC * VEC];
+        unpack(raw, QUANT ? s_scale[rr] : 1.f, v);
+        fold_dispatch(v, v, rr, rr);
+        finish_row(row, v);
+      });
+    } else {
+      for (int rs = 0; rs < nsteps; rs += 2) {
+        const int ra = rs * 4 + grp, rb = ra + 4;
+        const int ca = ra < P ? ra : 0, cb = rb < P ? rb : 0;
+        float va[KC * VEC], vb[KC * VEC];
+        unpack(raw[0], QUANT ? s_scale[ca] : 1.f, va);
+        unpack(raw[1], QUANT ? s_scale[cb] : 1.f, vb);
+        load_step(rs + 2, raw[0]);
+        load_step(rs + 3, raw[1]);
+        if (pfd > 2 && rs + pfd < P / 4) prefetch_steps(rs + pfd, 1);
+        if (pfd > 2 && rs + 1 + pfd < P / 4) prefetch_steps(rs + 1 + pfd, 1);
+        fold_dispatch(va, vb, ca, cb);
+        finish_row(ra, va);
+        finish_row(rb, vb);
+      }
+    }
+  };
   __syncwarp();  // s_coef, s_dec
   if (flush) {
-    run_steps(std::integral_constant<int, 2>(), fold_step);
+    fold_all();
   } else if (T > 0) {
 #pragma unroll
     for (int d = 2; d < DEPTH; ++d) load_step(d, raw[d]);

@@ -395,6 +395,24 @@ std::vector<ReplayCase> replay_case_table() {
       add(c);
       ++i;
     }
+    // Groups of four heads with dstate 128 and 20 rows: on the GPU the
+    // warp-per-head kernels' shared group, their f32 copy of the committed B
+    // entries, full 16-element lane rows and an odd number of row steps
+    // (the f32 kernels fold two at a time).
+    const F gs[] = {{F32, BF16, false}, {BF16, BF16, false}, {F16, F32, true}, {I16, F16, false}};
+    for (const F& f : gs) {
+      ReplayCase c;
+      c.tag = "flush_exact_groups";
+      c.dtypes(f.state, f.input).shape(8, 2, 20, 128);
+      if (f.sr) c.sr(0x6a3 + uint64_t(i), 0);
+      c.flush_exact = true;
+      c.pad = Pad::PadSlotId;
+      if (i % 2 == 0) c.single().ring(16).run(40);
+      else c.multi(2).ring(7).run(16);
+      c.speculative = i % 2 != 0;
+      add(c);
+      ++i;
+    }
     ReplayCase c;
     c.tag = "flush_exact_mamba1";
     c.mamba1_layer(64, 16).single().ring(2).run(12).dtypes(I16, F32);

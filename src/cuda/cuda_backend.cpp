@@ -264,6 +264,10 @@ class CudaBackend final : public Backend {
       // entries and computes the B . C dots itself (measurements).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_GROUP_SHARE"))
         replay_group_share_ = std::atoi(e) != 0;
+      // SSU_CUDA_REPLAY_FOLD_F32=0: flush steps widen B in the fold loop
+      // instead of folding from the block's f32 copy (measurement knob).
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_FOLD_F32"))
+        replay_fold_f32_ = std::atoi(e) != 0;
       // SSU_CUDA_REPLAY_EARLY_ENTRIES=0: the sequence's last warp or block
       // writes an append's B and delta entries too (measurements, tests).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_EARLY_ENTRIES"))
@@ -610,6 +614,16 @@ class CudaBackend final : public Backend {
       need = align16(need + T * (Lr + T) * 4);
     }
     if (slice > INT32_MAX || need > max_smem_ || 2 * need > smem_per_sm_) return -1;
+    // Flush steps' fold reads the committed B entries as f32 rows padded
+    // by 16 bytes every 32 elements (kernels/ssu_replay.cu), where they fit.
+    L->off_group_Bf = 0;
+    if (share && replay_fold_f32_) {
+      const int64_t with = align16(need + rp.ring_len * (p.dstate + p.dstate / 8) * 4);
+      if (with <= max_smem_ && 2 * with <= smem_per_sm_) {
+        L->off_group_Bf = static_cast<int32_t>(need);
+        need = with;
+      }
+    }
     L->lanes_per_row = 8;
     L->warp_slice = static_cast<int32_t>(slice);
     L->prefetch_steps = replay_prefetch_;
@@ -1167,6 +1181,7 @@ class CudaBackend final : public Backend {
   int replay_prefetch_ = 6;  // SSU_CUDA_REPLAY_PREFETCH
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
   bool replay_early_entries_ = true;  // SSU_CUDA_REPLAY_EARLY_ENTRIES
+  bool replay_fold_f32_ = true;  // SSU_CUDA_REPLAY_FOLD_F32
   int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
