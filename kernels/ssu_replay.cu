@@ -1404,16 +1404,76 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       if (row < P && (l8 & (8 / DEPTH - 1)) == 0) s_y[row] = dot;
     }
   } else if (T > 1) {
-    run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
-      const int row = rs * 4 + grp;
-      float v[KC * VEC];
-      unpack(raw, 1.f, v);
-      for (int t = 0; t < T; ++t) {
-        float dot = row_dot(v, s_C + t * N);
-        if constexpr (QUANT) dot *= s_scale[row < P ? row : 0];
-        if (row < P && l8 == 0) s_y[t * P + row] = dot;
+    // Several tokens. With a shared group the 16-bit-state kernels' block
+    // first widens the call's C rows into the region the flush's f32 B copy
+    // uses (free on an append step), padded the same way; then, for 2 or 4
+    // tokens, a row step's T partial dots of a lane are reduced together by
+    // the transposing shuffle (T - 1 + log2(8 / T) shuffles instead of 3 T)
+    // and nothing is widened per row (H100 bf16 batch 64, appends alone:
+    // T = 4 -13 %, T = 2 -9 %). The f32-state kernels, at their register
+    // limit, spilled with it and their one-token appends slowed by 3 %.
+    // (Uniform over the block: one sequence.)
+    constexpr bool kTokensF32 = sizeof(ST) == 2;
+    float* const s_Cf = kTokensF32 && share && L.off_group_Bf > 0
+                            ? reinterpret_cast<float*>(smem + L.off_group_Bf)
+                            : nullptr;
+    const int ldc = N + N / 8;
+    if (s_Cf) {
+      for (int i = threadIdx.x; i < T * N; i += SSU_CUDA_REPLAY_THREADS) {
+        const int t = i / N, n = i - t * N;
+        s_Cf[t * ldc + n + (n >> 5) * 4] = to_f32(s_C[i]);
       }
-    });
+      __syncthreads();
+    }
+    auto tokens_f32 = [&](auto tt) {
+      constexpr int TT = decltype(tt)::value;
+      const float* const c_lane = s_Cf + l8 * VEC + (l8 * VEC >> 5) * 4;
+      run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
+        const int row = rs * 4 + grp;
+        float v[KC * VEC];
+        unpack(raw, 1.f, v);
+        float part[TT];
+#pragma unroll
+        for (int t = 0; t < TT; ++t) {
+          float dot = 0.f;
+#pragma unroll
+          for (int k = 0; k < KC; ++k) {
+            if (k < kc) {
+              const float* const ck = c_lane + t * ldc + 8 * k * VEC + (8 * k * VEC >> 5) * 4;
+#pragma unroll
+              for (int i = 0; i < VEC; i += 4) {
+                const float4 c4 = *reinterpret_cast<const float4*>(ck + i);
+                dot = __fmaf_rn(v[k * VEC + i], c4.x, dot);
+                dot = __fmaf_rn(v[k * VEC + i + 1], c4.y, dot);
+                dot = __fmaf_rn(v[k * VEC + i + 2], c4.z, dot);
+                dot = __fmaf_rn(v[k * VEC + i + 3], c4.w, dot);
+              }
+            }
+          }
+          part[t] = dot;
+        }
+        const int t = transpose_reduce8<TT>(part, l8);
+        float dot = part[0];
+        if constexpr (QUANT) dot *= s_scale[row < P ? row : 0];
+        if (row < P && (l8 & (8 / TT - 1)) == 0) s_y[t * P + row] = dot;
+      });
+    };
+    if (s_Cf && T == 2) {
+      tokens_f32(std::integral_constant<int, 2>());
+    } else if (s_Cf && T == 4) {
+      tokens_f32(std::integral_constant<int, 4>());
+    } else {
+      run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
+        const int row = rs * 4 + grp;
+        float v[KC * VEC];
+        unpack(raw, 1.f, v);
+        for (int t = 0; t < T; ++t) {
+          float dot = row_dot(v, s_C + t * N);
+          if constexpr (QUANT) dot *= s_scale[row < P ? row : 0];
+          if (row < P && l8 == 0) s_y[t * P + row] = dot;
+        }
+      });
+    }
   }
   __syncwarp();
 

@@ -396,9 +396,9 @@ std::vector<ReplayCase> replay_case_table() {
       ++i;
     }
     // Groups of four heads with dstate 128 and 20 rows: on the GPU the
-    // warp-per-head kernels' shared group, their f32 copy of the committed B
-    // entries, full 16-element lane rows and an odd number of row steps
-    // (the f32 kernels fold two at a time).
+    // warp-per-head kernels' shared group, their f32 copies of the committed
+    // B entries (flush) and of C (2 and 4 tokens), full 16-element lane rows
+    // and an odd number of row steps (the f32 kernels fold two at a time).
     const F gs[] = {{F32, BF16, false}, {BF16, BF16, false}, {F16, F32, true}, {I16, F16, false}};
     for (const F& f : gs) {
       ReplayCase c;
@@ -408,7 +408,7 @@ std::vector<ReplayCase> replay_case_table() {
       c.flush_exact = true;
       c.pad = Pad::PadSlotId;
       if (i % 2 == 0) c.single().ring(16).run(40);
-      else c.multi(2).ring(7).run(16);
+      else c.multi(i % 4 == 1 ? 2 : 4).ring(i % 4 == 1 ? 7 : 16).run(18);
       c.speculative = i % 2 != 0;
       add(c);
       ++i;
