@@ -193,9 +193,12 @@ typedef struct ssu_cuda_replay_launch {
                             entries as they have them, not the
                             sequence's last warp / block               */
   int32_t off_group_Bf;  /* warp-per-head kernels with group_share, 0 =
-                            none: block-level [L][N + N/8] committed B as
-                            f32 for flush steps' fold, 16 bytes of padding
-                            after every 32 elements (no bank conflicts)  */
+                            none: block-level [L + 2 T][N + N/8] f32 rows,
+                            16 bytes of padding after every 32 elements
+                            (no bank conflicts): a flush step's committed
+                            B entries, then (f32 states) the call's B and
+                            C rows; an append step's C rows (16-bit
+                            states, several tokens)                     */
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

@@ -1049,12 +1049,18 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // 8 k chunks further (immediate offsets).
   const uint4* const lane_src = reinterpret_cast<const uint4*>(ckpt + grp * N) + l8;
   const int step_chunks = 4 * N / VEC;
+  // With 4-byte states a chunk not loaded (a row beyond P, a chunk beyond
+  // kc) keeps what its register held (zeros, or an earlier row step's
+  // values): no row beyond P is stored or written out and no chunk beyond
+  // kc is read, and the zeroing was 8 of a one-token row step's ~50
+  // instructions (H100 f32 batch 64, launches alone: appends -6 %, flushes
+  // -5 %). The 16-bit-state kernels spilled without it and keep it.
   auto load_step = [&](int rs, uint4* raw) {
     const bool in = rs * 4 + grp < P;
     const uint4* const src = lane_src + rs * step_chunks;
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
-      raw[k] = make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (sizeof(ST) != 4) raw[k] = make_uint4(0u, 0u, 0u, 0u);
       if (in && k < kc) raw[k] = __ldcs(src + 8 * k);
     }
   };
@@ -1064,6 +1070,10 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // registers going to the fold.)
   constexpr int DEPTH = kReplayWarpDepth<ST>;
   uint4 raw[DEPTH][KC];
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d)
+#pragma unroll
+    for (int k = 0; k < KC; ++k) raw[d][k] = make_uint4(0u, 0u, 0u, 0u);
   load_step(0, raw[0]);
   load_step(1, raw[1]);
   // Registers hold only DEPTH row steps, too few bytes in flight to cover a
@@ -1137,11 +1147,26 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // block: one sequence.)
   float* const s_Bf =
       share && flush && L.off_group_Bf > 0 ? reinterpret_cast<float*>(smem + L.off_group_Bf) : nullptr;
+  // With 4-byte states the call's B and C rows follow at rows Lr and
+  // Lr + T, for the tokens that run on each folded row (H100, flush launch
+  // alone: f32 T = 4 -7 %, T = 1 -4 %; the 16-bit-state kernels spilled
+  // with it and their flushes slowed).
+  constexpr bool kFlushTokensF32 = sizeof(ST) == 4;
+  const int Lr = static_cast<int>(rp.ring_len);
   if (s_Bf) {
     const int ldb = N + N / 8;
-    for (int i = threadIdx.x; i < c * N; i += SSU_CUDA_REPLAY_THREADS) {
-      const int j = i / N, n = i - j * N;
-      s_Bf[j * ldb + n + (n >> 5) * 4] = to_f32(s_Br[i]);
+    if constexpr (kFlushTokensF32) {
+      for (int i = threadIdx.x; i < (c + 2 * T) * N; i += SSU_CUDA_REPLAY_THREADS) {
+        const int j = i / N, n = i - j * N;
+        const float b = j < c ? to_f32(s_Br[i])
+                              : to_f32(j < c + T ? s_Bt[i - c * N] : s_C[i - (c + T) * N]);
+        s_Bf[(j < c ? j : Lr + j - c) * ldb + n + (n >> 5) * 4] = b;
+      }
+    } else {
+      for (int i = threadIdx.x; i < c * N; i += SSU_CUDA_REPLAY_THREADS) {
+        const int j = i / N, n = i - j * N;
+        s_Bf[j * ldb + n + (n >> 5) * 4] = to_f32(s_Br[i]);
+      }
     }
     __syncthreads();
   }
@@ -1302,6 +1327,43 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           static_cast<uint64_t>(s * p.state_stride_slot + head_off + static_cast<int64_t>(rr) * N),
           l8, 8, kc, N / VEC, sr, seed, p.sr_rounds,
           QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + rr : nullptr);
+    if (kFlushTokensF32 && s_Bf) {  // the call's B and C from the block's f32 copy
+      const int ldb = N + N / 8;
+      const float* const lane_f = s_Bf + l8 * VEC + (l8 * VEC >> 5) * 4;
+      for (int t = 0; t < T; ++t) {
+        const int j = c + t;
+        const float dA = s_dA[j];
+        const float dtx = s_delta[j] * x_of(j, rr);
+        const float* const Bj = lane_f + (Lr + t) * ldb;
+        const float* const Cj = lane_f + (Lr + T + t) * ldb;
+        float dot = 0.f;
+#pragma unroll
+        for (int k = 0; k < KC; ++k) {
+          if (k < kc) {
+            const int o = 8 * k * VEC + (8 * k * VEC >> 5) * 4;
+#pragma unroll
+            for (int i = 0; i < VEC; i += 4) {
+              const float4 b4 = *reinterpret_cast<const float4*>(Bj + o + i);
+              const float4 c4 = *reinterpret_cast<const float4*>(Cj + o + i);
+              float* const w = v + k * VEC + i;
+              w[0] = w[0] * dA + b4.x * dtx;
+              w[1] = w[1] * dA + b4.y * dtx;
+              w[2] = w[2] * dA + b4.z * dtx;
+              w[3] = w[3] * dA + b4.w * dtx;
+              dot = __fmaf_rn(w[0], c4.x, dot);
+              dot = __fmaf_rn(w[1], c4.y, dot);
+              dot = __fmaf_rn(w[2], c4.z, dot);
+              dot = __fmaf_rn(w[3], c4.w, dot);
+            }
+          }
+        }
+        dot += __shfl_xor_sync(kAll, dot, 4);
+        dot += __shfl_xor_sync(kAll, dot, 2);
+        dot += __shfl_xor_sync(kAll, dot, 1);
+        if (valid && l8 == 0) s_y[t * P + row] = dot;
+      }
+      return;
+    }
     for (int t = 0; t < T; ++t) {
       const int j = c + t;
       const float dA = s_dA[j];

@@ -618,7 +618,10 @@ class CudaBackend final : public Backend {
     // by 16 bytes every 32 elements (kernels/ssu_replay.cu), where they fit.
     L->off_group_Bf = 0;
     if (share && replay_fold_f32_) {
-      const int64_t with = align16(need + rp.ring_len * (p.dstate + p.dstate / 8) * 4);
+      // L committed entries, then (f32 states) the call's T rows of B and
+      // of C; append steps of several tokens put their C rows there too.
+      const int64_t with =
+          align16(need + (rp.ring_len + 2 * p.ntokens) * (p.dstate + p.dstate / 8) * 4);
       if (with <= max_smem_ && 2 * with <= smem_per_sm_) {
         L->off_group_Bf = static_cast<int32_t>(need);
         need = with;
