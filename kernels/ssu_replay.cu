@@ -1287,7 +1287,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     for (int j = 0; j < c; ++j, xj += P) {
       const float dA = s_dA[j];
       const float dtxa = s_delta[j] * to_f32(xj[ra]);
-      const float dtxb = Two ? s_delta[j] * to_f32(xj[rb]) : 0.f;
+      [[maybe_unused]] const float dtxb = Two ? s_delta[j] * to_f32(xj[rb]) : 0.f;
 #pragma unroll
       for (int k = 0; k < KC; ++k) {
         if (Full || k < kc) {
