@@ -162,6 +162,13 @@ __device__ __forceinline__ int transpose_reduce8(float* v, int l8) {
   return idx;
 }
 
+// The warp kernels' block-level f32 rows (L.off_group_Bf): 16 bytes of
+// padding after every 32 elements, so the 8 lanes of a row, reading 16 or 32
+// bytes apart, hit distinct banks. Element n of a row sits at padded_f32(n);
+// a row takes padded_f32_row(N) floats (N a multiple of 32).
+__device__ __forceinline__ int padded_f32(int n) { return n + (n >> 5) * 4; }
+__device__ __forceinline__ int padded_f32_row(int N) { return N + N / 8; }
+
 // ---- pieces both replay kernel families share ---------------------------------
 // NT threads (a block's or a warp's) with ids tid = 0 .. NT-1 take part.
 
@@ -1154,18 +1161,18 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   constexpr bool kFlushTokensF32 = sizeof(ST) == 4;
   const int Lr = static_cast<int>(rp.ring_len);
   if (s_Bf) {
-    const int ldb = N + N / 8;
+    const int ldb = padded_f32_row(N);
     if constexpr (kFlushTokensF32) {
       for (int i = threadIdx.x; i < (c + 2 * T) * N; i += SSU_CUDA_REPLAY_THREADS) {
         const int j = i / N, n = i - j * N;
         const float b = j < c ? to_f32(s_Br[i])
                               : to_f32(j < c + T ? s_Bt[i - c * N] : s_C[i - (c + T) * N]);
-        s_Bf[(j < c ? j : Lr + j - c) * ldb + n + (n >> 5) * 4] = b;
+        s_Bf[(j < c ? j : Lr + j - c) * ldb + padded_f32(n)] = b;
       }
     } else {
       for (int i = threadIdx.x; i < c * N; i += SSU_CUDA_REPLAY_THREADS) {
         const int j = i / N, n = i - j * N;
-        s_Bf[j * ldb + n + (n >> 5) * 4] = to_f32(s_Br[i]);
+        s_Bf[j * ldb + padded_f32(n)] = to_f32(s_Br[i]);
       }
     }
     __syncthreads();
@@ -1282,7 +1289,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     constexpr bool Full = decltype(full)::value;
     constexpr bool F32B = decltype(f32b)::value;
     constexpr bool Two = kFoldPairs;
-    const int lane_b = F32B ? l8 * VEC + (l8 * VEC >> 5) * 4 : l8 * VEC;
+    const int lane_b = F32B ? padded_f32(l8 * VEC) : l8 * VEC;
     const IT* xj = s_xr;
     for (int j = 0; j < c; ++j, xj += P) {
       const float dA = s_dA[j];
@@ -1295,7 +1302,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           if constexpr (F32B) {
             // chunk l8 + 8 k: 8 k VEC elements further, padding included
             const float* const bk =
-                s_Bf + j * (N + N / 8) + lane_b + 8 * k * VEC + (8 * k * VEC >> 5) * 4;
+                s_Bf + j * padded_f32_row(N) + lane_b + padded_f32(8 * k * VEC);
 #pragma unroll
             for (int i = 0; i < VEC; i += 4) {
               const float4 b4 = *reinterpret_cast<const float4*>(bk + i);
@@ -1328,8 +1335,8 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           l8, 8, kc, N / VEC, sr, seed, p.sr_rounds,
           QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + rr : nullptr);
     if (kFlushTokensF32 && s_Bf) {  // the call's B and C from the block's f32 copy
-      const int ldb = N + N / 8;
-      const float* const lane_f = s_Bf + l8 * VEC + (l8 * VEC >> 5) * 4;
+      const int ldb = padded_f32_row(N);
+      const float* const lane_f = s_Bf + padded_f32(l8 * VEC);
       for (int t = 0; t < T; ++t) {
         const int j = c + t;
         const float dA = s_dA[j];
@@ -1340,7 +1347,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
 #pragma unroll
         for (int k = 0; k < KC; ++k) {
           if (k < kc) {
-            const int o = 8 * k * VEC + (8 * k * VEC >> 5) * 4;
+            const int o = padded_f32(8 * k * VEC);
 #pragma unroll
             for (int i = 0; i < VEC; i += 4) {
               const float4 b4 = *reinterpret_cast<const float4*>(Bj + o + i);
@@ -1479,17 +1486,17 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     float* const s_Cf = kTokensF32 && share && L.off_group_Bf > 0
                             ? reinterpret_cast<float*>(smem + L.off_group_Bf)
                             : nullptr;
-    const int ldc = N + N / 8;
+    const int ldc = padded_f32_row(N);
     if (s_Cf) {
       for (int i = threadIdx.x; i < T * N; i += SSU_CUDA_REPLAY_THREADS) {
         const int t = i / N, n = i - t * N;
-        s_Cf[t * ldc + n + (n >> 5) * 4] = to_f32(s_C[i]);
+        s_Cf[t * ldc + padded_f32(n)] = to_f32(s_C[i]);
       }
       __syncthreads();
     }
     auto tokens_f32 = [&](auto tt) {
       constexpr int TT = decltype(tt)::value;
-      const float* const c_lane = s_Cf + l8 * VEC + (l8 * VEC >> 5) * 4;
+      const float* const c_lane = s_Cf + padded_f32(l8 * VEC);
       run_steps(std::integral_constant<int, DEPTH>(), [&](int rs, const uint4* raw) {
         const int row = rs * 4 + grp;
         float v[KC * VEC];
@@ -1501,7 +1508,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
 #pragma unroll
           for (int k = 0; k < KC; ++k) {
             if (k < kc) {
-              const float* const ck = c_lane + t * ldc + 8 * k * VEC + (8 * k * VEC >> 5) * 4;
+              const float* const ck = c_lane + t * ldc + padded_f32(8 * k * VEC);
 #pragma unroll
               for (int i = 0; i < VEC; i += 4) {
                 const float4 c4 = *reinterpret_cast<const float4*>(ck + i);
