@@ -65,7 +65,11 @@ __device__ __forceinline__ void unpack_row(const uint4* raw, int lane_r, int lpr
 // Starts copying `count` rows of `len` elements (row i at src + i * stride,
 // its elements dense) to shared dst[i * len], unconverted: 16-byte cp.async
 // where the rows allow (nothing waits on them before the block's
-// cp.async.wait_all), element copies otherwise.
+// cp.async.wait_all), element copies otherwise. Rows that follow each other
+// (one row, or stride == len) are copied as one run, with no row index to
+// work out; a lane copies a handful of chunks at most, so the loops are not
+// unrolled (each call used to cost a warp ~80 instructions of set-up, six
+// calls per append step).
 template <typename T, int NT = SSU_CUDA_REPLAY_THREADS>
 __device__ __forceinline__ void stage_async(T* dst, const T* src, int64_t stride, int count,
                                             int len, int tid) {
@@ -73,17 +77,28 @@ __device__ __forceinline__ void stage_async(T* dst, const T* src, int64_t stride
   constexpr int V = 16 / sizeof(T);
   const bool vec = len % V == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
                    (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0;
-  const int per = vec ? len / V : len;
-  const bool p2 = (per & (per - 1)) == 0;
-  const int sh = __ffs(per) - 1;
-  const int total = count * per;
-  for (int q = tid; q < total; q += NT) {
-    const int i = p2 ? q >> sh : q / per;
-    const int k = q - i * per;
-    if (vec)
-      cp_async_16(dst + i * len + k * V, src + i * stride + k * V);
-    else
-      dst[i * len + k] = src[i * stride + k];
+  if (vec) {
+    const int per = len / V;  // chunks per row
+    if (count == 1 || stride == len) {
+#pragma unroll 1
+      for (int q = tid; q < count * per; q += NT) cp_async_16(dst + q * V, src + q * V);
+    } else {
+      const bool p2 = (per & (per - 1)) == 0;
+      const int sh = __ffs(per) - 1;
+#pragma unroll 1
+      for (int q = tid; q < count * per; q += NT) {
+        const int i = p2 ? q >> sh : q / per;
+        const int k = q - i * per;
+        cp_async_16(dst + i * len + k * V, src + i * stride + k * V);
+      }
+    }
+    return;
+  }
+#pragma unroll 1
+  for (int q = tid; q < count * len; q += NT) {
+    const int i = q / len;
+    const int k = q - i * len;
+    dst[i * len + k] = src[i * stride + k];
   }
 }
 
@@ -364,18 +379,23 @@ __device__ __forceinline__ void write_outputs(const ssu_update_params& p, IT* ou
                                               const IT* s_z, int tid) {
   const int E = c + T;
   const float* const s_dec = s_coef + T * E;
+  // (t, r) of i stepped along, not divided out; the committed entries and
+  // the call's tokens summed in two loops, in the same order as one.
+  int t = tid / rows, r = tid - t * rows;
   for (int i = tid; i < T * rows; i += NT) {
-    const int t = i / rows, r = i - t * rows;
     float y = s_y[i];
     if (closed) {
       y *= s_dec[t];
       const float* coef = s_coef + t * E;
-      for (int j = 0; j <= c + t; ++j)
-        y += coef[j] * to_f32(j < c ? s_xr[j * rows + r] : s_xt[(j - c) * rows + r]);
+      const IT* xr = s_xr + r;
+      for (int j = 0; j < c; ++j, xr += rows) y += coef[j] * to_f32(*xr);
+      const IT* xt = s_xt + r;
+      for (int j = c; j <= c + t; ++j, xt += rows) y += coef[j] * to_f32(*xt);
     }
     y += s_D[r] * to_f32(s_xt[i]);
     if (p.features & SSU_F_HAS_Z) y *= silu(to_f32(s_z[i]));
     out_bh[(tok0 + t) * p.out_stride_t + r0 + r] = from_f32<IT>(y);
+    for (r += NT; r >= rows; r -= rows) ++t;
   }
 }
 
@@ -1062,9 +1082,13 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // kc is read, and the zeroing was 8 of a one-token row step's ~50
   // instructions (H100 f32 batch 64, launches alone: appends -6 %, flushes
   // -5 %). The 16-bit-state kernels spilled without it and keep it.
+  // (The step's address as one 32 x 32 + 64-bit multiply-add, chunk k at an
+  // immediate offset from it.)
+  const uint32_t step_bytes = static_cast<uint32_t>(step_chunks) * 16u;
   auto load_step = [&](int rs, uint4* raw) {
     const bool in = rs * 4 + grp < P;
-    const uint4* const src = lane_src + rs * step_chunks;
+    const uint4* const src = reinterpret_cast<const uint4*>(
+        reinterpret_cast<const char*>(lane_src) + static_cast<uint32_t>(rs) * step_bytes);
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
       if constexpr (sizeof(ST) != 4) raw[k] = make_uint4(0u, 0u, 0u, 0u);
@@ -1083,18 +1107,26 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     for (int k = 0; k < KC; ++k) raw[d][k] = make_uint4(0u, 0u, 0u, 0u);
   load_step(0, raw[0]);
   load_step(1, raw[1]);
-  // Registers hold only DEPTH row steps, too few bytes in flight to cover a
-  // loaded DRAM's latency; the next L.prefetch_steps steps are asked of L2
-  // ahead of them (one bulk prefetch per step by lane 0, whose lane_src is
-  // the head's start: no registers, no shared memory), so a row step's
-  // loads mostly hit L2. Whole steps only; the first request takes steps
-  // [2, pfd) at once (the head's rows are one contiguous run).
+  // Registers hold only DEPTH row steps; the steps L.prefetch_steps ahead
+  // can be asked of L2 (a bulk prefetch by lane 0, whose lane_src is the
+  // head's start: no registers, no shared memory). Whole steps only; the
+  // first request takes steps [2, pfd) at once (the head's rows are one
+  // contiguous run). The host's default, 4, asks for steps 2 and 3 alone:
+  // further ahead measured slower once the kernels issued fewer
+  // instructions per head (docs/cuda.md).
   const int pfd = min(L.prefetch_steps, P / 4);
   auto prefetch_steps = [&](int from, int count) {
     if (lane == 0)
       prefetch_l2(lane_src + from * step_chunks, static_cast<uint32_t>(count * step_chunks * 16));
   };
   if (pfd > 2) prefetch_steps(2, pfd - 2);
+  // Before the d row steps from rs go into registers, the d steps pfd
+  // further are asked of L2 in one request (one a step cost a warp ~200
+  // instructions of a one-token append).
+  auto prefetch_ahead = [&](int rs, int d) {
+    const int from = rs + pfd, left = P / 4 - from;
+    if (pfd > d && left > 0) prefetch_steps(from, left < d ? left : d);
+  };
 
   const ReplaySeq sqv = replay_decide(rp, b, s, T, reporter);
   const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
@@ -1225,13 +1257,25 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   auto unpack = [&](const uint4* raw, float scale, float* v) {
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
-      Chunk<ST, VEC> cc;
-      cc.u = raw[k];
+      if constexpr (std::is_same<ST, bf16>::value) {
+        // a shift and a mask per pair's element (the generic conversion
+        // spends two operations on the high half: 128 of a one-token
+        // append's ~3900 instructions per warp)
+        const uint32_t w[4] = {raw[k].x, raw[k].y, raw[k].z, raw[k].w};
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        float e = to_f32(cc.e[i]);
-        if constexpr (QUANT) e *= scale;
-        v[k * VEC + i] = e;
+        for (int i = 0; i < 4; ++i) {
+          v[k * VEC + 2 * i] = __uint_as_float(w[i] << 16);
+          v[k * VEC + 2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+      } else {
+        Chunk<ST, VEC> cc;
+        cc.u = raw[k];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          float e = to_f32(cc.e[i]);
+          if constexpr (QUANT) e *= scale;
+          v[k * VEC + i] = e;
+        }
       }
     }
   };
@@ -1267,11 +1311,11 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   auto run_steps = [&](auto depth, auto&& step) {
     constexpr int D = decltype(depth)::value;
     for (int rs = 0; rs < nsteps; rs += D) {
+      prefetch_ahead(rs, D);
 #pragma unroll
       for (int d = 0; d < D; ++d) {
         if (rs + d < nsteps) step(rs + d, raw[d]);
         load_step(rs + d + D, raw[d]);
-        if (pfd > D && rs + d + pfd < P / 4) prefetch_steps(rs + d + pfd, 1);
       }
     }
   };
@@ -1423,8 +1467,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
         unpack(raw[1], QUANT ? s_scale[cb] : 1.f, vb);
         load_step(rs + 2, raw[0]);
         load_step(rs + 3, raw[1]);
-        if (pfd > 2 && rs + pfd < P / 4) prefetch_steps(rs + pfd, 1);
-        if (pfd > 2 && rs + 1 + pfd < P / 4) prefetch_steps(rs + 1 + pfd, 1);
+        prefetch_ahead(rs, 2);
         fold_dispatch(va, vb, ca, cb);
         finish_row(ra, va);
         finish_row(rb, vb);
@@ -1451,6 +1494,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     // lanes (DEPTH values in DEPTH - 1 + log2(8 / DEPTH) shuffles, not
     // 3 DEPTH, and independent of one another).
     for (int rs = 0; rs < nsteps; rs += DEPTH) {
+      prefetch_ahead(rs, DEPTH);
       float part[DEPTH];
 #pragma unroll
       for (int d = 0; d < DEPTH; ++d) {
@@ -1464,7 +1508,6 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
             for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], c0[k * VEC + i], dot);
         part[d] = dot;
         load_step(rs + d + DEPTH, raw[d]);
-        if (pfd > DEPTH && rs + d + pfd < P / 4) prefetch_steps(rs + d + pfd, 1);
       }
       const int idx = transpose_reduce8<DEPTH>(part, l8);
       const int row = (rs + idx) * 4 + grp;

@@ -1181,7 +1181,7 @@ class CudaBackend final : public Backend {
   CUfunction replay_warp_fn_[kStateDtypes][3] = {};
   static constexpr int64_t kReplayWarpMinItemsPerSm = 24;
   int replay_max_rows_ = 0;
-  int replay_prefetch_ = 6;  // SSU_CUDA_REPLAY_PREFETCH
+  int replay_prefetch_ = 4;  // SSU_CUDA_REPLAY_PREFETCH (docs/cuda.md)
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
   bool replay_early_entries_ = true;  // SSU_CUDA_REPLAY_EARLY_ENTRIES
   bool replay_fold_f32_ = true;  // SSU_CUDA_REPLAY_FOLD_F32
