@@ -1111,9 +1111,9 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // can be asked of L2 (a bulk prefetch by lane 0, whose lane_src is the
   // head's start: no registers, no shared memory). Whole steps only; the
   // first request takes steps [2, pfd) at once (the head's rows are one
-  // contiguous run). The host's default, 4, asks for steps 2 and 3 alone:
-  // further ahead measured slower once the kernels issued fewer
-  // instructions per head (docs/cuda.md).
+  // contiguous run). The host's default for 16-bit states, 4, asks for
+  // steps 2 and 3 alone: further ahead measured slower once the kernels
+  // issued fewer instructions per head (f32 states: 6; docs/cuda.md).
   const int pfd = min(L.prefetch_steps, P / 4);
   auto prefetch_steps = [&](int from, int count) {
     if (lane == 0)

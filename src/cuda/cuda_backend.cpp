@@ -629,7 +629,10 @@ class CudaBackend final : public Backend {
     }
     L->lanes_per_row = 8;
     L->warp_slice = static_cast<int32_t>(slice);
-    L->prefetch_steps = replay_prefetch_;
+    // L2 prefetch distance: SSU_CUDA_REPLAY_PREFETCH, else 6 row steps for
+    // f32 states and 4 (steps 2-3 only) for 16-bit ones, the faster of the
+    // two for each (docs/cuda.md).
+    L->prefetch_steps = replay_prefetch_ >= 0 ? replay_prefetch_ : (sb == 4 ? 6 : 4);
     return need;
   }
 
@@ -1181,7 +1184,7 @@ class CudaBackend final : public Backend {
   CUfunction replay_warp_fn_[kStateDtypes][3] = {};
   static constexpr int64_t kReplayWarpMinItemsPerSm = 24;
   int replay_max_rows_ = 0;
-  int replay_prefetch_ = 4;  // SSU_CUDA_REPLAY_PREFETCH (docs/cuda.md)
+  int replay_prefetch_ = -1;  // SSU_CUDA_REPLAY_PREFETCH; -1: by state dtype
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
   bool replay_early_entries_ = true;  // SSU_CUDA_REPLAY_EARLY_ENTRIES
   bool replay_fold_f32_ = true;  // SSU_CUDA_REPLAY_FOLD_F32
