@@ -389,10 +389,12 @@ class CudaBackend final : public Backend {
     if (p.nheads >= 32768)
       fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld is too many heads per sequence for the replay "
            "kernels (limit 32767)", static_cast<long long>(p.nheads));
-    // The warp-per-head kernels once the call has warps to fill every SM
-    // many times over (a warp streams its whole head with two to four row steps in
-    // flight); the block kernels split heads into tiles below that.
-    const bool warp_batch = replay_warp_ == 1 || bh >= kReplayWarpMinItemsPerSm * sms_;
+    // The warp-per-head kernels from a few heads per SM (3.5 for f32 states,
+    // 6 for 16-bit ones: where they measured faster than the block kernels
+    // on the H100, e.g. f32 batch 8 23.6 against 32.1 us per step); the
+    // block kernels, which split heads into row tiles, below that.
+    const int64_t warp_min_x2 = sb == 4 ? 7 : 12;
+    const bool warp_batch = replay_warp_ == 1 || 2 * bh >= warp_min_x2 * sms_;
     const int64_t warp_need = warp_batch ? replay_warp_smem(rp, &L) : -1;
     CUfunction fn;
     int64_t blocks, need;
@@ -1182,7 +1184,6 @@ class CudaBackend final : public Backend {
   CUfunction advance_seed_fn_ = nullptr;
   CUfunction replay_fn_[kStateDtypes][3] = {};
   CUfunction replay_warp_fn_[kStateDtypes][3] = {};
-  static constexpr int64_t kReplayWarpMinItemsPerSm = 24;
   int replay_max_rows_ = 0;
   int replay_prefetch_ = -1;  // SSU_CUDA_REPLAY_PREFETCH; -1: by state dtype
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
