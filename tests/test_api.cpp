@@ -1,6 +1,5 @@
 // The non-numeric API: versions, status and dtype helpers, contexts, plans,
 // struct versioning, thread safety and the per-thread error message.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -5,7 +5,6 @@
 // Every output of every step and the final pool must be bit-identical to the
 // same work done by one thread. Public API only, so that the test builds
 // alone under ThreadSanitizer (.ci/run).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <ssu.h>

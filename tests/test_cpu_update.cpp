@@ -5,7 +5,6 @@
 //   SSU_TEST_FILTER=<substring>  run only cases whose description contains it
 //   SSU_TEST_CASE=<n>            run only case number n of the table
 //   SSU_TEST_VERBOSE=1           print every case as it runs
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

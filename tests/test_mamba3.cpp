@@ -6,7 +6,6 @@
 // Environment (for reproducing a failure):
 //   SSU_TEST_FILTER=<substring>  run only cases whose description contains it
 //   SSU_TEST_VERBOSE=1           print every case as it runs
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <string>

@@ -4,7 +4,6 @@
 // pool and output compared bit for bit with its poisoned snapshot). Plus
 // execute-time mismatches against the plan, between the operations
 // included.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -8,7 +8,6 @@
 //   SSU_TEST_CASE=<n>            run only case number n of the table
 //   SSU_TEST_VERBOSE=1           print every case as it runs
 //   SSU_LONG_TESTS=1             also the long table (serving-sized batches)
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

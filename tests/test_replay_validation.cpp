@@ -5,7 +5,6 @@
 // counters and outputs included, compared bit for bit). Then execute
 // arguments that do not fit the plan, flush arguments that do not fit it,
 // and handles of the wrong kind.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>

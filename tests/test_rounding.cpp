@@ -14,7 +14,6 @@
 //  - 2000 decode steps in the regime where every step changes the state by
 //    less than half an ulp: stochastic rounding follows the f32 trajectory,
 //    round-to-nearest stalls; an int16 state follows the float64 reference.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ios>
 #include <limits>
 #include <string>
 #include <vector>

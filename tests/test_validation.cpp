@@ -2,7 +2,6 @@
 // that names the argument, out-parameters untouched, and nothing written
 // (every buffer, pool and outputs included, compared bit for bit with its
 // poisoned snapshot). Plus execute-time mismatches against the plan.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <algorithm>
