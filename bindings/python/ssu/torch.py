@@ -13,11 +13,13 @@ fake implementation, so it works inside ``torch.compile(fullgraph=True)`` and
 CUDA-graph capture. Outside of tracing the functions call the library
 directly, without the dispatcher, to keep the host cost of a call small.
 
-Per call, the work done in Python is a check that the arguments are those
-the previous call's prebuilt argument struct describes (the options, which
-tensors are given, and every tensor's type, dtype, device, shape and
-strides, the tensors in one C++ check of torch's), the store of each
-tensor's data pointer into the struct and one ctypes call. Other arguments
+Per call, the work is a check that the arguments are those the previous
+call's prebuilt argument struct describes (the options, which tensors are
+given, and every tensor's type, dtype, device, shape and strides, the
+tensors in one C++ check of torch's), the store of each tensor's data
+pointer into the struct and the library call: one call into the package's
+C extension (ssu._fastcall), or, where that is not built or SSU_TORCH_PURE=1
+is set, the same steps in Python ending in one ctypes call. Other arguments
 go to a lookup of the struct keyed by all of those; a miss there (a new
 batch size, a new layout) builds the struct and, if needed, a libssu plan;
 plans are cached per shape without the batch and slot axes, per dtypes,
@@ -29,6 +31,7 @@ Importing this module needs torch; the rest of the package does not.
 """
 
 import ctypes
+import os
 import re
 import textwrap
 import threading
@@ -93,6 +96,36 @@ except AttributeError:  # pragma: no cover - torch without CUDA support
         return torch.cuda.current_stream(device).cuda_stream
 
 
+
+def _load_fastcall():
+    """ssu._fastcall, the entries' per-call path in C (ssu/_fastcall.c), or
+    None: not built (the package used from the source tree, an interpreter
+    other than the wheel's) or turned off with SSU_TORCH_PURE=1."""
+    if os.environ.get("SSU_TORCH_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastcall
+    except ImportError:
+        return None
+    return _fastcall
+
+
+_fastcall = _load_fastcall()
+_fast = _fastcall is not None  # whether entries built from now on use it
+
+
+def _use_fastcall(enabled):
+    """Makes the entries built from now on use the C path (True) or the
+    Python one (False), drops the cached ones, and returns the previous
+    setting (for tests of both paths)."""
+    global _fast
+    if enabled and _fastcall is None:
+        raise RuntimeError("ssu._fastcall is not available (not built, or SSU_TORCH_PURE=1)")
+    previous, _fast = _fast, bool(enabled)
+    clear_cache()
+    return previous
+
+
 # ---------------------------------------------------------------------------
 # Operations: where each argument goes in the C structs
 # ---------------------------------------------------------------------------
@@ -120,6 +153,8 @@ class _Operation:
         self.struct = struct
         self.create = getattr(_L, create) if create else None
         self.execute_fn = execute
+        # The address of the execute function, which ssu._fastcall calls.
+        self.execute_address = ctypes.cast(getattr(_L, execute), ctypes.c_void_p).value
         self.tensors = tensors
         self.pointers = pointers
         self.flags = flags or {}
@@ -250,7 +285,6 @@ def _build(op, tensors, pointers, scalars, key):
     plan_key.append(device)
     plan_key = tuple(plan_key)
     ref = ctypes.byref(args)
-    execute = _gil_holding(op.execute_fn)
     if op.flush_of is not None:
         # A flush runs with the plan of the replay steps on the same pools.
         plan = _flush_plans.get(_flush_key(descs, device))
@@ -268,8 +302,17 @@ def _build(op, tensors, pointers, scalars, key):
     e = _Entry()
     e.plan = plan
     e.structs = structs
-    e.call, e.present, e.guarded = _entry_functions(op, slots, scalars, execute, plan,
-                                                    ctypes.addressof(args), device, mamba1)
+    if _fast:
+        c = _fastcall.Entry(
+            len(op.tensors) + len(op.pointers), tuple(i for i, _ in slots),
+            tuple(ctypes.addressof(view) for _, view in slots), tuple(scalars),
+            op.execute_address, plan, ctypes.addressof(args), device if device >= 0 else None,
+            _raw_stream, _raise, op, mamba1, (structs, slots))
+        e.call, e.present, e.guarded = c.call, c.present, c.guarded
+    else:
+        e.call, e.present, e.guarded = _entry_functions(
+            op, slots, scalars, _gil_holding(op.execute_fn), plan, ctypes.addressof(args),
+            device, mamba1)
     e.check = None
     if len(op.entries) >= 4096:  # a runaway of layouts: start over
         op.entries.clear()
@@ -281,7 +324,8 @@ def _build(op, tensors, pointers, scalars, key):
 # release and reacquire of a plain ctypes call and costs nothing on the CUDA
 # backend, whose execute only launches. (What keeps two threads that share
 # a cached argument struct apart is the entry's lock, see _entry_functions:
-# the interpreter may switch threads between the stores of the pointers.)
+# the interpreter may switch threads between the stores of the pointers.
+# ssu._fastcall calls it with the GIL held too, and needs no lock.)
 _EXECUTE = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
@@ -436,8 +480,9 @@ def _adopt(op, e, present):
 
 
 def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
-    """The functions of an entry (see _Entry), written out for the
-    operation's arguments. `call` stores each present argument's data
+    """The functions of an entry (see _Entry) in Python, written out for the
+    operation's arguments (ssu._fastcall.Entry has the same three in C, and
+    is used instead where it is built). `call` stores each present argument's data
     pointer (`present`: (argument index, c_void_p view into a struct)
     pairs), then runs the execute call on the device's current stream.
     `guarded(check, miss, then)` makes the function that first tests the
@@ -720,7 +765,10 @@ _mamba3_rotary_op = _define_op(
 # A call skips the dispatcher when its first tensor is a plain tensor and
 # nothing is tracing; torch.compile, fake tensors and other subclasses go
 # through the registered op. Each public function spells the test out: a
-# helper function would cost as much again as the test itself.
+# helper function would cost as much again as the test itself. The direct
+# call takes the options as given (the struct's check compares them by
+# value, the cold path converts them); only the op's schema needs exact
+# bools and ints, so only that branch converts them.
 _compiling = torch.compiler.is_compiling
 
 
@@ -830,12 +878,16 @@ def replay(state, ring_x, ring_B, ring_dt, committed, pending, x, dt, A, B, C, D
         philox_rounds = 0
     else:
         rand_seed = _seed_tensor(rand_seed, state)
-    direct = type(state) is _Tensor and not _compiling()
-    call = _REPLAY.run if direct else _replay_op
+    if type(state) is _Tensor and not _compiling():
+        call = _REPLAY.run
+    else:
+        call = _replay_op
+        dt_softplus, disable_state_update = bool(dt_softplus), bool(disable_state_update)
+        pad_slot_id, max_seqlen = int(pad_slot_id), int(max_seqlen)
+        philox_rounds = int(philox_rounds)
     call(state, state_scale, ring_x, ring_B, ring_dt, committed, pending, x, dt, A, B, C, D, z,
          dt_bias, out, state_batch_indices, cu_seqlens, num_accepted_tokens, rand_seed,
-         bool(dt_softplus), bool(disable_state_update), int(pad_slot_id), int(max_seqlen),
-         int(philox_rounds))
+         dt_softplus, disable_state_update, pad_slot_id, max_seqlen, philox_rounds)
     return out
 
 
@@ -850,10 +902,13 @@ def replay_flush(state, ring_x, ring_B, ring_dt, committed, pending, A, slots,
         philox_rounds = 0
     else:
         rand_seed = _seed_tensor(rand_seed, state)
-    direct = type(state) is _Tensor and not _compiling()
-    call = _REPLAY_FLUSH.run if direct else _replay_flush_op
+    if type(state) is _Tensor and not _compiling():
+        call = _REPLAY_FLUSH.run
+    else:
+        call = _replay_flush_op
+        pad_slot_id, philox_rounds = int(pad_slot_id), int(philox_rounds)
     call(state, state_scale, ring_x, ring_B, ring_dt, committed, pending, A, slots,
-         num_accepted_tokens, rand_seed, int(pad_slot_id), int(philox_rounds))
+         num_accepted_tokens, rand_seed, pad_slot_id, philox_rounds)
 
 
 def mamba3_step(state, prev_B, prev_x, A, dt, trap, B, C, x, xproj, D=None, z=None, zproj=None,
@@ -870,10 +925,13 @@ def mamba3_step(state, prev_B, prev_x, A, dt, trap, B, C, x, xproj, D=None, z=No
     if out is None:
         out = x.new_empty(x.shape if outproj is not None else
                           (x.shape[0], B.shape[1]) + tuple(x.shape[1:]))
-    direct = type(state) is _Tensor and not _compiling()
-    call = _MAMBA3_STEP.run if direct else _mamba3_step_op
+    if type(state) is _Tensor and not _compiling():
+        call = _MAMBA3_STEP.run
+    else:
+        call = _mamba3_step_op
+        update_prev, pad_slot_id = bool(update_prev), int(pad_slot_id)
     call(state, prev_B, prev_x, A, dt, trap, B, C, x, xproj, out, D, z, zproj, outproj,
-         state_batch_indices, dst_state_batch_indices, bool(update_prev), int(pad_slot_id))
+         state_batch_indices, dst_state_batch_indices, update_prev, pad_slot_id)
     return out
 
 
@@ -889,8 +947,11 @@ def mamba3_rotary(angle_state, angle_rate, dt, q, k, q_bias=None, k_bias=None,
         q_out = torch.empty_like(q)
     if k_out is None:
         k_out = torch.empty_like(k)
-    direct = type(angle_state) is _Tensor and not _compiling()
-    call = _MAMBA3_ROTARY.run if direct else _mamba3_rotary_op
+    if type(angle_state) is _Tensor and not _compiling():
+        call = _MAMBA3_ROTARY.run
+    else:
+        call = _mamba3_rotary_op
+        halved, pad_slot_id = bool(halved), int(pad_slot_id)
     call(angle_state, angle_rate, dt, q, k, q_out, k_out, q_bias, k_bias, state_batch_indices,
-         dst_state_batch_indices, bool(halved), int(pad_slot_id))
+         dst_state_batch_indices, halved, pad_slot_id)
     return q_out, k_out

@@ -4,8 +4,9 @@ expanded A/dt/D/dt_bias, int32/int64 slot indices with padding, multi-token
 and varlen forms, intermediate states, int16 pools and stochastic rounding;
 the custom op under torch.compile(fullgraph=True) and opcheck; CUDA-graph
 capture. CPU tensors run on the CPU backend; the same tests run on CUDA
-tensors when a GPU and a CUDA-enabled libssu are present. Skipped without
-torch."""
+tensors when a GPU and a CUDA-enabled libssu are present. Every test runs
+on both per-call paths where the C extension ssu._fastcall is importable
+("fast"), else on the Python one ("pure") only. Skipped without torch."""
 
 import numpy as np
 import pytest
@@ -36,6 +37,20 @@ needs_cuda = pytest.mark.skipif("cuda" not in DEVICES,
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+# The per-call paths of the cached entries: ssu._fastcall (C) where it is
+# importable, and the Python one it falls back to.
+PATHS = (["fast"] if ssut._fastcall is not None else []) + ["pure"]
+
+
+@pytest.fixture(autouse=True, params=PATHS)
+def path(request):
+    """Runs the test with the entries of one path (built after the cache
+    is cleared), then restores the module's default."""
+    previous = ssut._use_fastcall(request.param == "fast")
+    yield request.param
+    ssut._use_fastcall(previous)
 
 
 def gen(seed):
@@ -678,3 +693,226 @@ def test_replay_steps_and_flush_match_plain_updates(device):
     ssut.replay_flush(ckpt, **ring, A=plain["A"], slots=slots)
     torch.testing.assert_close(ckpt, plain["state"], rtol=1e-5, atol=1e-5)
     assert int(ring["committed"].sum()) == 0 and int(ring["pending"].sum()) == 0
+
+
+# ---------------------------------------------------------------------------
+# The two per-call paths: the C extension and the Python fallback
+# ---------------------------------------------------------------------------
+
+def _runs_on(op, path):
+    """Whether the function the operation's next call tries first is the
+    path's: a ssu._fastcall object or a function written in Python."""
+    kind = type(op.run).__module__ + "." + type(op.run).__name__
+    return kind == ("ssu._fastcall.Guarded" if path == "fast" else "builtins.function")
+
+
+def _operation_calls(device):
+    """(op, [three calls]) for every operation: two layouts of each (the
+    first repeated, so that its struct is found by the check), each call a
+    function of the tensors' clones that returns what it wrote."""
+    g = gen(30)
+    m2, m2b = libssu_inputs(g, device, Bt=3), mamba2_inputs(g, device, torch.float32, Bt=2)
+    S, Bt, R, H, P, N = 5, 3, 2, 2, 16, 16
+    m3 = dict(state=randn(g, S, H, P, N, device=device),
+              prev_B=randn(g, S, R, H, N, device=device), prev_x=randn(g, S, H, P, device=device),
+              A=-(torch.rand(Bt, H, generator=g) + 0.5).to(device),
+              dt=(torch.rand(Bt, H, generator=g) * 0.3).to(device),
+              trap=torch.rand(Bt, H, generator=g).to(device),
+              B=randn(g, Bt, R, H, N, device=device), C=randn(g, Bt, R, H, N, device=device),
+              x=randn(g, Bt, H, P, device=device), xproj=randn(g, R, H, P, device=device),
+              state_batch_indices=torch.tensor([4, -1, 1], dtype=torch.int32, device=device))
+    m3b = dict(m3, outproj=randn(g, R, H, P, device=device), D=randn(g, H, device=device))
+    rot = dict(angle_state=(torch.rand(4, H, 8, generator=g) * 6).to(device),
+               angle_rate=randn(g, 2, H, 8, device=device),
+               dt=(torch.rand(2, H, generator=g) * 0.3).to(device),
+               q=randn(g, 2, 1, H, N, device=device), k=randn(g, 2, 1, H, N, device=device),
+               state_batch_indices=torch.tensor([3, 0], dtype=torch.int32, device=device))
+    slots = torch.tensor([2, 0], dtype=torch.int32, device=device)
+    plain = libssu_inputs(g, device, Bt=2, S=4, H=2, G=1)
+    L = 3
+    ring = dict(ring_x=torch.zeros(4, L, 2, 16, device=device),
+                ring_B=torch.zeros(4, L, 1, 16, device=device),
+                ring_dt=torch.zeros(4, L, 2, device=device),
+                committed=torch.zeros(4, dtype=torch.int32, device=device),
+                pending=torch.zeros(4, dtype=torch.int32, device=device))
+    tok = {k: plain[k] for k in ("x", "dt", "B", "C", "z")}
+    rep = dict(plain, **ring, **tok, state_batch_indices=slots)
+    rep.pop("state")
+
+    def fresh(a):
+        return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in a.items()}
+
+    def ssu_call(a, **kw):
+        a = fresh(a)
+        out = ssut.selective_state_update(**a, **kw)
+        return (a["state"], out)
+
+    def m3_call(a):
+        a = fresh(a)
+        out = ssut.mamba3_step(**a)
+        return (a["state"], a["prev_B"], a["prev_x"], out)
+
+    def rot_call(a, halved):
+        a = fresh(a)
+        return (a["angle_state"],) + ssut.mamba3_rotary(**a, halved=halved)
+
+    def replay_call(disable):
+        state, r = plain["state"].clone(), fresh(rep)
+        out = ssut.replay(state, **r, disable_state_update=disable)
+        return (state, out, r["committed"], r["pending"], r["ring_x"])
+
+    def flush_call(with_acc):
+        state, r = plain["state"].clone(), fresh(rep)
+        ssut.replay(state, **r)  # a step of this layout first: the flush uses its plan
+        acc = torch.ones(2, dtype=torch.int32, device=device) if with_acc else None
+        ssut.replay_flush(state, r["ring_x"], r["ring_B"], r["ring_dt"], r["committed"],
+                          r["pending"], plain["A"], slots, num_accepted_tokens=acc)
+        return (state, r["committed"], r["pending"])
+
+    calls = [
+        (ssut._SSU, [lambda: ssu_call(m2), lambda: ssu_call(m2b),
+                     lambda: ssu_call(m2, pad_slot_id=5)]),
+        (ssut._MAMBA3_STEP, [lambda: m3_call(m3), lambda: m3_call(m3b),
+                             lambda: m3_call(dict(m3, update_prev=False))]),
+        (ssut._MAMBA3_ROTARY, [lambda: rot_call(rot, False), lambda: rot_call(rot, True),
+                               lambda: rot_call(dict(rot, pad_slot_id=3), False)]),
+    ]
+    if ssu.has_replay:
+        calls += [(ssut._REPLAY, [lambda: replay_call(False), lambda: replay_call(True),
+                                  lambda: replay_call(False)]),
+                  (ssut._REPLAY_FLUSH, [lambda: flush_call(False), lambda: flush_call(True),
+                                        lambda: flush_call(False)])]
+    return calls
+
+
+def test_both_paths_give_the_same_results(device, path):
+    """Every operation, called in a sequence that goes through the keyed
+    lookup, the check of the last struct and the swap of the last two,
+    writes bit for bit what the Python path writes, and its next call
+    starts on the path under test."""
+    order = [0, 0, 1, 0, 1, 1, 2, 0, 0]
+    got = {}
+    for which in ([path, "pure"] if path == "fast" else [path]):
+        ssut._use_fastcall(which == "fast")
+        results = []
+        for op, calls in _operation_calls(device):
+            results.append([calls[i]() for i in order])
+            assert _runs_on(op, which), f"{op.name}: {type(op.run)} after repeated calls"
+        got[which] = results
+    ssut._use_fastcall(path == "fast")
+    if len(got) == 2:
+        for op_fast, op_pure in zip(got["fast"], got["pure"]):
+            for call_fast, call_pure in zip(op_fast, op_pure):
+                for a, b in zip(call_fast, call_pure):
+                    assert torch.equal(a, b)
+
+
+def test_errors_are_the_same_on_both_paths(path):
+    """An error the library reports when the step runs (here a slot index
+    past the pool, on the CPU backend) raises the same SsuError, message and
+    status, on both paths: from the call that builds the struct, and from
+    one that finds it by the check. The Mamba-1 layout adds its note."""
+    g = gen(31)
+    a = mamba2_inputs(g, "cpu", torch.float32)
+    bad = dict(a, state_batch_indices=torch.tensor([0, 1, 2, 99], dtype=torch.int32))
+    m1 = dict(state=randn(g, 3, 24, 16), x=randn(g, 2, 24), dt=randn(g, 2, 24),
+              A=-torch.ones(24, 16), B=randn(g, 2, 16), C=randn(g, 2, 16))
+    m1_bad = dict(m1, state_batch_indices=torch.tensor([0, 7], dtype=torch.int32))
+    seen = {}
+    for which in ([path, "pure"] if path == "fast" else [path]):
+        ssut._use_fastcall(which == "fast")
+        messages = []
+        for good, wrong in ((a, bad), (m1, m1_bad)):
+            for warm in (False, True):
+                ssut.clear_cache()
+                if warm:  # the struct is built; the bad call finds it by the check
+                    ssut.selective_state_update(**good)
+                    ssut.selective_state_update(**good)
+                with pytest.raises(ssu.SsuError) as e:
+                    ssut.selective_state_update(**wrong)
+                messages.append((e.value.status, str(e.value)))
+                if warm:
+                    assert _runs_on(ssut._SSU, which)
+        seen[which] = messages
+    ssut._use_fastcall(path == "fast")
+    for status, text in seen["pure"]:
+        assert "ssu.torch.selective_state_update: state_batch_indices" in text and status != 0
+        assert "state_batch_indices" in text and "src_index" not in text
+    assert seen["pure"][2][1].endswith("D (1, D))"), "the Mamba-1 note"
+    if "fast" in seen:
+        assert seen["fast"] == seen["pure"]
+
+
+def test_threads_taking_turns_between_layouts(path):
+    """Threads that each alternate between two layouts (so the operation's
+    first and second entries keep swapping under them), one more that
+    changes its batch size every call (keyed lookups and new structs), all
+    get what each gets alone."""
+    import sys
+    import threading
+    g = gen(32)
+    jobs = []
+    for i in range(4):
+        a = mamba2_inputs(g, "cpu", torch.float32)
+        flat = dict(a, **{k: a[k].contiguous() for k in ("A", "dt", "D", "dt_bias")})
+        jobs.append([a, flat])
+    jobs.append([mamba2_inputs(g, "cpu", torch.float32, Bt=bt) for bt in (1, 2, 3)])
+
+    def work(layouts, n=300):
+        states = [lay["state"].clone() for lay in layouts]
+        outs = []
+        for k in range(n):
+            j = k % len(layouts)
+            outs.append(ssut.selective_state_update(**dict(layouts[j], state=states[j])).clone())
+        return states, outs
+
+    want = [work(job) for job in jobs]
+    got = [None] * len(jobs)
+
+    def worker(i):
+        got[i] = work(jobs[i])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(jobs))]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for (ws, wo), (gs, go) in zip(want, got):
+        assert all(torch.equal(a, b) for a, b in zip(ws, gs))
+        assert all(torch.equal(a, b) for a, b in zip(wo, go))
+
+
+def test_rotating_layouts_leave_no_garbage(path):
+    """Three layouts in rotation look their structs up on every call and
+    make new checked functions each time; those form reference cycles
+    (each entry's function names the other's), which the garbage collector
+    must be able to free."""
+    import gc
+    g = gen(33)
+    layouts = [mamba2_inputs(g, "cpu", torch.float32, Bt=bt) for bt in (1, 2, 3)]
+    for k in range(30):
+        ssut.selective_state_update(**layouts[k % 3])
+    gc.collect()
+    before = len(gc.get_objects())
+    for k in range(600):
+        ssut.selective_state_update(**layouts[k % 3])
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+
+
+def test_pure_path_selected_by_environment(path):
+    """SSU_TORCH_PURE=1 at import leaves the C extension unused."""
+    if path != "pure":
+        pytest.skip("one run is enough")
+    import os
+    import subprocess
+    import sys
+    code = ("import ssu.torch as t, sys; "
+            "sys.exit(0 if t._fastcall is None and not t._fast else 1)")
+    env = dict(os.environ, SSU_TORCH_PURE="1")
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
