@@ -6,15 +6,19 @@
 #   1. builds the Python wheel (pip wheel --no-build-isolation: meson-python,
 #      meson, ninja and nvcc must be installed) and installs it into
 #      OUTDIR/site (pip --target; the machine's environment is not touched);
-#      records the wheel's size and the library's NEEDED entries;
-#   2. imports ssu and ssu.torch from there with SSU_LIBRARY unset;
+#      records the wheel's size and the NEEDED entries of the library and of
+#      the C extension ssu._fastcall (ssu.torch's per-call path);
+#   2. imports ssu and ssu.torch from there with SSU_LIBRARY unset, and
+#      requires ssu.torch to use ssu._fastcall;
 #   3. runs the binding's pytest suites (tests/test_torch.py runs its CUDA
 #      cases: the engines' layouts on CUDA tensors, torch.compile with
-#      inductor, CUDA-graph capture);
+#      inductor, CUDA-graph capture; every case on both per-call paths, the
+#      C extension and the Python fallback);
 #   4. runs examples/python/hf_mamba2_decode.py (transformers' Mamba-2 decode
 #      loop, eager and CUDA graph, against transformers' own path);
 #   5. measures the per-call host cost (bindings/python/bench_overhead.py,
-#      CUDA and CPU backends);
+#      CUDA and CPU backends; the torch rows on the C path and again on the
+#      Python one, *_pure_us);
 # and prints a summary table last. Everything it writes goes under OUTDIR
 # (gpu-torch-check.log holds the whole output).
 #
@@ -27,7 +31,9 @@
 #   PYTHON      the interpreter with torch, transformers and pytest
 #               (default python3)
 #   WHEEL       a wheel of this tree built elsewhere (e.g. on a faster
-#               machine): unpacked into OUTDIR/site instead of step 1's build
+#               machine): unpacked into OUTDIR/site instead of step 1's build;
+#               where its ssu._fastcall was built for another Python, the
+#               extension is compiled for PYTHON from its source (cc)
 #   WHEELHOUSE  a directory of wheels to install meson-python from when it
 #               is missing (pip download meson-python on a connected
 #               machine). Without meson-python and without WHEELHOUSE, step
@@ -61,6 +67,18 @@ record() {  # record PASS|FAIL|SKIP "what" "detail"
   [ "$1" != FAIL ] || status=1
 }
 say() { printf '\n=== gpu-torch-check: %s\n' "$*"; }
+needed_of() { readelf -d "$1" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' '; }
+fastcall_needed() {  # the C extension's NEEDED entries (none, or libc: no libpython)
+  local so
+  so="$(ls "$site"/ssu/_fastcall*.so 2>/dev/null | head -n 1)"
+  if [ -n "$so" ]; then
+    local n
+    n="$(needed_of "$so")"
+    echo "$(basename "$so") NEEDED: ${n:-none}"
+  else
+    echo "no ssu._fastcall in the package"
+  fi
+}
 
 say "environment"
 "$py" - <<'EOF'
@@ -94,10 +112,21 @@ if [ -n "${WHEEL:-}" ]; then
   # another interpreter's tag (its files do not depend on it).
   mkdir -p "$site" && "$py" -m zipfile -e "$WHEEL" "$site"
   wheel_rc=$?
+  if [ "$wheel_rc" -eq 0 ] && ! (cd "$out" && PYTHONPATH="$site" "$py" -c 'import ssu._fastcall' \
+      2>/dev/null); then
+    # The wheel's ssu._fastcall is built for the interpreter that built the
+    # wheel; this one gets its own from the one C file (Python headers only).
+    echo "building ssu._fastcall for $("$py" --version 2>&1)"
+    inc="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+    suffix="$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+    rm -f "$site"/ssu/_fastcall*.so
+    cc -O2 -shared -fPIC -fvisibility=hidden -I"$inc" "$root/bindings/python/ssu/_fastcall.c" \
+      -o "$site/ssu/_fastcall$suffix" || echo "gpu-torch-check: could not build ssu._fastcall"
+  fi
   if [ "$wheel_rc" -eq 0 ]; then
-    needed="$(readelf -d "$site/ssu/libssu.so.0" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    needed="$(needed_of "$site/ssu/libssu.so.0")"
     record PASS "wheel install (prebuilt)" \
-      "$(basename "$WHEEL"), $(du -k "$WHEEL" | cut -f1) KiB; NEEDED: $needed"
+      "$(basename "$WHEEL"), $(du -k "$WHEEL" | cut -f1) KiB; NEEDED: $needed; $(fastcall_needed)"
   else
     record FAIL "wheel install (prebuilt)" "pip install exited $wheel_rc (see the log)"
   fi
@@ -110,10 +139,9 @@ elif "$py" -c 'import mesonpy' 2>/dev/null; then
   wheel_rc=$?
   whl="$(ls "$out"/wheel/ssu-*.whl 2>/dev/null | head -n 1)"
   if [ "$wheel_rc" -eq 0 ] && [ -n "$whl" ]; then
-    so="$site/ssu/libssu.so.0"
-    needed="$(readelf -d "$so" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    needed="$(needed_of "$site/ssu/libssu.so.0")"
     record PASS "wheel build + install" \
-      "$(basename "$whl"), $(du -k "$whl" | cut -f1) KiB, $(( $(date +%s) - t0 )) s; NEEDED: $needed"
+      "$(basename "$whl"), $(du -k "$whl" | cut -f1) KiB, $(( $(date +%s) - t0 )) s; NEEDED: $needed; $(fastcall_needed)"
   else
     record FAIL "wheel build + install" "pip wheel/install exited $wheel_rc (see the log)"
   fi
@@ -127,10 +155,11 @@ else
   if ninja -C "$out/build-pkg"; then
     mkdir -p "$site/ssu"
     cp "$root"/bindings/python/ssu/*.py "$out/build-pkg/libssu.so.0" "$site/ssu/"
+    cp "$out"/build-pkg/_fastcall*.so "$site/ssu/" 2>/dev/null
     wheel_rc=0
-    needed="$(readelf -d "$site/ssu/libssu.so.0" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+    needed="$(needed_of "$site/ssu/libssu.so.0")"
     record SKIP "wheel build + install" \
-      "no meson-python here (set WHEELHOUSE); package assembled from the same meson build; NEEDED: $needed"
+      "no meson-python here (set WHEELHOUSE); package assembled from the same meson build; NEEDED: $needed; $(fastcall_needed)"
   else
     record FAIL "wheel build + install" "meson build of bindings/python failed"
   fi
@@ -142,8 +171,9 @@ say "import ssu, ssu.torch without SSU_LIBRARY"
 if [ "$wheel_rc" -eq 0 ] && (cd "$out" && "$py" -c '
 import ssu, ssu.torch, sys
 print("ssu", ssu.__version__, "library", ssu.library_path, "libssu", ssu.version_string())
-sys.exit(0 if ssu.library_path.startswith(sys.argv[1]) else 1)' "$site"); then
-  record PASS "import ssu.torch (bundled library)" "$site/ssu/libssu.so.0"
+print("ssu.torch per-call path:", ssu.torch._fastcall or "Python (no ssu._fastcall)")
+sys.exit(0 if ssu.library_path.startswith(sys.argv[1]) and ssu.torch._fast else 1)' "$site"); then
+  record PASS "import ssu.torch (bundled library)" "$site/ssu/libssu.so.0, ssu._fastcall"
 else
   record FAIL "import ssu.torch (bundled library)" "see the log"
 fi
@@ -179,7 +209,8 @@ for backend in cuda cpu; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(", ".join(f"{k[:-3]} {r[k]:.2f} us" for k in
-      ("bound_us", "torch_us", "torch_views_us", "torch_op_us") if k in r))' \
+      ("bound_us", "c_floor_us", "torch_us", "torch_pure_us", "torch_views_us",
+       "torch_views_pure_us", "torch_op_us") if k in r))' \
       "$out/overhead_$backend.json")"
     record INFO "host cost per call ($backend)" "$detail"
   else

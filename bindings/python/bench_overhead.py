@@ -7,6 +7,10 @@ Times, on a tiny decode problem (so that the kernel itself is negligible):
   bound+ptrs  set_data_ptr() of the per-step tensors (x, dt, B, C, z, out)
               before each call: what a loop whose buffers move pays;
   execute     plan.execute(**arrays): every array described on every call;
+  c-floor     the bound struct's execute called from the package's C extension
+              (ssu._fastcall, an entry without tensors): a call with no
+              per-call Python work but the call itself, the floor of the
+              torch rows (the bound call's ctypes wrapping is not in them);
 and, where torch is installed, the torch functions on torch tensors:
   torch       ssu.torch.selective_state_update(...) with the same 11 tensors:
               a check against the previous call's struct, data pointers,
@@ -18,6 +22,10 @@ and, where torch is installed, the torch functions on torch tensors:
   torch-turns torch and torch-views taking turns, per call: half the calls
               fail the check against the last call's struct first (what
               two models or kinds of layer with different shapes pay).
+The torch rows run on ssu.torch's default per-call path: in C (ssu._fastcall)
+where the extension is built ("fastcall": true in the results), else in
+Python. With the extension the same rows are timed again on the Python
+path, named *_pure_us (torch_pure_us, ...).
 With --backend cuda the arrays are torch CUDA tensors and the calls are
 asynchronous launches; the numbers are host time per call (the GPU queue
 is drained outside the timed loops), so they include libssu's own launch
@@ -81,6 +89,25 @@ def torch_calls(torch, ssut, args, Bt, H, P, N, backend):
             ("torch_op_us", torch_op, 1), ("torch_turns_us", torch_turns, 2)]
 
 
+def c_floor(call, backend):
+    """The c-floor timing: the bound call's plan and struct run by an
+    ssu._fastcall entry that has no tensors (None without the extension)."""
+    try:
+        from ssu import _fastcall
+    except ImportError:
+        return None
+    import ctypes
+    device, stream = None, None
+    if backend == "cuda":
+        import torch
+        device, stream = torch.cuda.current_device(), torch._C._cuda_getCurrentRawStream
+    handle = call._handle
+    entry = _fastcall.Entry(0, (), (), (), ctypes.cast(call._execute, ctypes.c_void_p).value,
+                            getattr(handle, "value", handle), ctypes.addressof(call._args.args),
+                            device, stream, None, None, False, call)
+    return entry.call
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
@@ -138,12 +165,26 @@ def main():
     results = {"backend": opt.backend, "device": ctx.device_name, "iters": opt.iters}
     timed = [("ffi_floor_us", version, 1), ("bound_us", call, 1),
              ("bound_ptrs_us", bound_ptrs, 1), ("execute_us", execute, 1)]
+    floor = c_floor(call, opt.backend)
+    if floor is not None:
+        timed.append(("c_floor_us", floor, 1))
     if torch is not None:
-        timed += torch_calls(torch, ssut, args, Bt, H, P, N, opt.backend)
         results["torch"] = torch.__version__
+        results["fastcall"] = getattr(ssut, "_fast", False)
+        timed += torch_calls(torch, ssut, args, Bt, H, P, N, opt.backend)
     for name, fn, calls in timed:
         fn()
         results[name] = round(best_per_call(fn, opt.iters, sync) / calls, 3)
+    if torch is not None and getattr(ssut, "_fast", False):
+        # The same calls on the Python path (entries built anew).
+        ssut._use_fastcall(False)
+        try:
+            for name, fn, calls in torch_calls(torch, ssut, args, Bt, H, P, N, opt.backend):
+                fn()
+                name = name[:-3] + "_pure_us"
+                results[name] = round(best_per_call(fn, opt.iters, sync) / calls, 3)
+        finally:
+            ssut._use_fastcall(True)
     for k, v in results.items():
         print(f"{k:14s} {v}")
     if opt.json:

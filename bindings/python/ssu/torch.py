@@ -96,7 +96,6 @@ except AttributeError:  # pragma: no cover - torch without CUDA support
         return torch.cuda.current_stream(device).cuda_stream
 
 
-
 def _load_fastcall():
     """ssu._fastcall, the entries' per-call path in C (ssu/_fastcall.c), or
     None: not built (the package used from the source tree, an interpreter
@@ -482,9 +481,10 @@ def _adopt(op, e, present):
 def _entry_functions(op, present, scalars, execute, plan, ref, device, mamba1):
     """The functions of an entry (see _Entry) in Python, written out for the
     operation's arguments (ssu._fastcall.Entry has the same three in C, and
-    is used instead where it is built). `call` stores each present argument's data
-    pointer (`present`: (argument index, c_void_p view into a struct)
-    pairs), then runs the execute call on the device's current stream.
+    is used instead where it is built). `call` stores each present
+    argument's data pointer (`present`: (argument index, c_void_p view into
+    a struct) pairs), then runs the execute call on the device's current
+    stream.
     `guarded(check, miss, then)` makes the function that first tests the
     arguments absent from the struct for None, the options for this
     struct's values (`scalars`) and the present arguments with `check`,
