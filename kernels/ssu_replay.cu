@@ -977,7 +977,9 @@ __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* 
 // warp owns a whole head: it streams the head's rows through registers
 // (two or four row steps in flight), stages only the small per-token inputs and the
 // committed ring entries in its own slice of shared memory, and never waits
-// for another warp. Per-head step size and A only, rows of 8 lanes with up
+// for another warp (below serving batch a head is split into parts of whole
+// row steps, a warp each, with the same prologue: more warps in flight where
+// there are few heads). Per-head step size and A only, rows of 8 lanes with up
 // to 16 state elements per lane (N * sizeof(state) a multiple of 128 bytes,
 // at most 512 for f32 and 256 for 16-bit states); the planner sends other
 // shapes to the block kernels.
@@ -1008,13 +1010,21 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const bool writes = !(f & SSU_F_DISABLE_UPDATE);
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
+  // A head's rows in L.tiles_per_head parts of L.rows_per_block rows (whole
+  // row steps), a warp each: at small batch, more warps than heads keep
+  // more of the checkpoint in flight and shorten each warp's row loop.
+  const int parts = L.tiles_per_head;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * SSU_CUDA_REPLAY_WARPS + warp;
-  if (item >= p.batch * p.nheads) return;
-  const int64_t b = item / p.nheads;
-  const int64_t h = item - b * p.nheads;
+  if (item >= p.batch * p.nheads * parts) return;
+  const int64_t bh = item / parts;
+  const int part = static_cast<int>(item - bh * parts);
+  const int64_t b = bh / p.nheads;
+  const int64_t h = bh - b * p.nheads;
   const int64_t g = h / p.heads_per_group;
-  const int P = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
-  const bool reporter = h == 0 && lane == 0;
+  // P: this warp's rows, from row r0 of the head's Pf.
+  const int Pf = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
+  const int P = L.rows_per_block, r0 = part * P;
+  const bool reporter = h == 0 && part == 0 && lane == 0;
 
   // This warp's slice of shared memory (offsets as for the block kernels,
   // with rows = P, within a slice of L.warp_slice bytes).
@@ -1043,9 +1053,25 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const int64_t slot =
       (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
   if (!replay_tokens(p, b, reporter, &tok0, &T)) return;
-  stage_inputs<IT, 32>(p, b, h, g, tok0, T, 0, P, s_Bt, s_C, s_xt, s_z, lane);
+  stage_inputs<IT, 32>(p, b, h, g, tok0, T, r0, P, s_Bt, s_C, s_xt, s_z, lane);
+  // The per-head parameters and this call's step sizes do not depend on the
+  // slot: requested now, they arrive with it instead of a round trip after
+  // the counters.
+  const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
+  auto token_delta = [&](int t) {
+    const int64_t tok = tok0 + t;
+    float v = load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h);
+    if (f & SSU_F_HAS_DT_BIAS) v += load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
+    if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
+    return v;
+  };
+  for (int t = lane; t < T; t += 32) s_dtt[t] = token_delta(t);
+  for (int r = lane; r < P; r += 32)
+    s_D[r] = (f & SSU_F_HAS_D)
+                 ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
+                 : 0.f;
 
-  IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h;
+  IT* const out_bh = static_cast<IT*>(p.out) + b * p.out_stride_b + h * p.out_stride_h + r0;
   auto zero_outputs = [&] {  // padding: exact zeros, nothing of the slot touched
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     for (int i = lane; i < T * P; i += 32) {
@@ -1070,7 +1096,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const int grp = lane >> 3, l8 = lane & 7;
   const int kc = N / VEC / 8;
   const int nsteps = (P + 3) / 4;
-  const int64_t head_off = h * static_cast<int64_t>(P) * N;
+  const int64_t head_off = (h * static_cast<int64_t>(Pf) + r0) * N;
   ST* const ckpt = static_cast<ST*>(p.state) + s * p.state_stride_slot + head_off;
   // The lane's first chunk of row step 0; a step is 4 rows further, chunk k
   // 8 k chunks further (immediate offsets).
@@ -1129,20 +1155,9 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   };
 
   const ReplaySeq sqv = replay_decide(rp, b, s, T, reporter);
-  const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
-  auto token_delta = [&](int t) {
-    const int64_t tok = tok0 + t;
-    float v = load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + tok * p.dt_stride_t + h * p.dt_stride_h);
-    if (f & SSU_F_HAS_DT_BIAS) v += load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
-    if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
-    return v;
-  };
-  for (int t = lane; t < T; t += 32) s_dtt[t] = token_delta(t);
-  for (int r = lane; r < P; r += 32) {
-    s_D[r] = (f & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, h * p.D_stride_h + r * p.D_stride_p)
-                               : 0.f;
-    if (QUANT) s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * P + r];
-  }
+  if (QUANT)
+    for (int r = lane; r < P; r += 32)
+      s_scale[r] = p.state_scale[s * p.state_scale_stride_slot + h * Pf + r0 + r];
   if (sqv.state == 1) {  // counters out of range: handled as padding
     zero_outputs();
     return;
@@ -1163,7 +1178,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       stage_async<IT, 32>(s_Br, B_ring, rp.ring_B_stride_l, c, N, lane);
   }
   stage_async<IT, 32>(s_xr, static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                                h * rp.ring_x_stride_h,
+                                h * rp.ring_x_stride_h + r0,
                       rp.ring_x_stride_l, c, P, lane);
   asm volatile("cp.async.commit_group;\n" ::: "memory");
   __syncwarp();  // s_dtt
@@ -1211,8 +1226,10 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   }
 
   // Every ring entry and counter this warp reads is read: count it in.
+  // (Its result is looked at only at the end: a use here would hold the
+  // warp for the atomic's round trip, about 1 us of a warp's life.)
   int arrived = 0;
-  if (writes && lane == 0) arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000) >> 16;
+  if (writes && lane == 0) arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000);
 
   auto B_of = [&](int j) -> const IT* { return j < c ? s_Br + j * N : s_Bt + (j - c) * N; };
   auto x_of = [&](int j, int r) {
@@ -1222,7 +1239,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // ---- append this call's x rows (only this warp reads this head's rows) ---
   if (writes && !flush_op && T > 0)
     append_x_rows<IT, 32>(static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                              h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l,
+                              h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l + r0,
                           rp.ring_x_stride_l, s_xt, T, P, lane);
   // An append step's new entries c .. c + T - 1 are read by no one in this
   // call (readers take entries below c from the ring, the call's tokens from
@@ -1233,7 +1250,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // append launch, measured on the append path alone). A flush step's new
   // entry 0 is still being read by the other warps: the last warp writes it.
   const bool own_entries = L.early_entries && writes && !flush_op && !flush && T > 0;
-  if (own_entries) {
+  if (own_entries && part == 0) {
     float* const dt_dst = rp.ring_dt + s * rp.ring_dt_stride_s + h * rp.ring_dt_stride_h;
     for (int t = lane; t < T; t += 32) dt_dst[(newc + t) * rp.ring_dt_stride_l] = s_dtt[t];
     if (h % p.heads_per_group == 0)
@@ -1377,7 +1394,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           v, valid, ckpt + static_cast<int64_t>(rr) * N,
           static_cast<uint64_t>(s * p.state_stride_slot + head_off + static_cast<int64_t>(rr) * N),
           l8, 8, kc, N / VEC, sr, seed, p.sr_rounds,
-          QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * P + rr : nullptr);
+          QUANT ? p.state_scale + s * p.state_scale_stride_slot + h * Pf + r0 + rr : nullptr);
     if (kFlushTokensF32 && s_Bf) {  // the call's B and C from the block's f32 copy
       const int ldb = padded_f32_row(N);
       const float* const lane_f = s_Bf + padded_f32(l8 * VEC);
@@ -1595,7 +1612,8 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   if (!writes) return;
 
   // ---- the sequence's last warp: shared ring entries and the counters -----
-  const bool last = __shfl_sync(kAll, (arrived & 0x7fff) == static_cast<int>(p.nheads) - 1, 0);
+  const bool last =
+      __shfl_sync(kAll, (arrived >> 16 & 0x7fff) == static_cast<int>(p.nheads) * parts - 1, 0);
   if (!last) return;
   __threadfence();
   write_shared_entries<IT, 32>(rp, b, s, tok0, T, newc, lane, !own_entries);

@@ -256,6 +256,10 @@ class CudaBackend final : public Backend {
       // takes the warp-per-head kernels at any batch where the shape allows
       // (tests and measurements); unset, the batch decides.
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_WARP")) replay_warp_ = std::atoi(e) != 0 ? 1 : 0;
+      // SSU_CUDA_REPLAY_WARP_PARTS: warps per head of the warp kernels (a
+      // power of two; measurements), unset or 0: chosen by batch.
+      if (const char* e = std::getenv("SSU_CUDA_REPLAY_WARP_PARTS"))
+        replay_warp_parts_ = std::max(0, std::min(64, std::atoi(e)));
       // SSU_CUDA_REPLAY_PREFETCH: the warp kernels' L2 prefetch distance in
       // row steps (measurements; 0 turns it off).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_PREFETCH"))
@@ -389,19 +393,23 @@ class CudaBackend final : public Backend {
     if (p.nheads >= 32768)
       fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld is too many heads per sequence for the replay "
            "kernels (limit 32767)", static_cast<long long>(p.nheads));
-    // The warp-per-head kernels from a few heads per SM (3.5 for f32 states,
-    // 6 for 16-bit ones: where they measured faster than the block kernels
-    // on the H100, e.g. f32 batch 8 23.6 against 32.1 us per step); the
-    // block kernels, which split heads into row tiles, below that.
-    const int64_t warp_min_x2 = sb == 4 ? 7 : 12;
-    const bool warp_batch = replay_warp_ == 1 || 2 * bh >= warp_min_x2 * sms_;
-    const int64_t warp_need = warp_batch ? replay_warp_smem(rp, &L) : -1;
+    // The warp kernels from 1.5 heads per SM, each head in as many warps as
+    // replay_warp_parts gives; the block kernels, which split heads into
+    // row tiles, below that. (H100, us per step: f32 batch 2 12.7 against
+    // 13.7, bf16 batch 4 13.4 against 14.9; batch 1 (one head per SM)
+    // 10.9 against 10.8 f32, 10.4 against 10.1 bf16.)
+    const bool warp_batch = replay_warp_ == 1 || 2 * bh >= 3 * sms_;
+    const int parts = warp_batch ? replay_warp_parts(rp, bh) : 1;
+    const int64_t warp_need = warp_batch ? replay_warp_smem(rp, parts, &L) : -1;
     CUfunction fn;
     int64_t blocks, need;
     if (warp_need >= 0) {
-      // One warp per (sequence, head), SSU_CUDA_REPLAY_WARPS per block.
+      // One warp per (sequence, head, part), SSU_CUDA_REPLAY_WARPS per block.
+      if (p.nheads * parts >= 32768)
+        fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld in %d parts make too many warps per sequence "
+             "for the replay kernels (limit 32767)", static_cast<long long>(p.nheads), parts);
       fn = replay_warp_fn_[si][ii];
-      blocks = (bh + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
+      blocks = (bh * parts + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
       need = warp_need;
     } else {
       // Whole heads per block once they fill the device four times over;
@@ -593,7 +601,29 @@ class CudaBackend final : public Backend {
   // size or A; rows that are not 8 lanes of at most 16 elements, i.e. N *
   // sizeof(state) a multiple of 128 bytes up to 16 * 8 elements; slices too
   // large for two blocks per SM).
-  int64_t replay_warp_smem(const ssu_replay_params& rp, ssu_cuda_replay_launch* L) const {
+  // Warps per head of the warp kernels: a power of two that divides the
+  // head's rows into parts of whole row steps (4 rows) and of whole 16-byte
+  // chunks of x (8 rows of 16-bit inputs), the most that keep the launch
+  // within 8 warps per SM. Below serving batch a warp's life is mostly its
+  // fixed chain of dependent round trips, not its rows, so a head in
+  // several parts helps only until the warps fill about half of what the
+  // registers allow (16 or 20 per SM); beyond that each further part is
+  // another warp's fixed cost (H100, us per step: f32 batch 2 in 1, 2, 4,
+  // 8 parts 14.3, 13.0, 12.7, 13.1; bf16 batch 4 15.3, 13.4, 14.2, 21.1).
+  int replay_warp_parts(const ssu_replay_params& rp, int64_t bh) const {
+    const ssu_update_params& p = rp.u;
+    const int64_t P = p.dim;
+    auto fits = [&](int64_t parts) { return P % (8 * parts) == 0; };
+    if (replay_warp_parts_ > 0)
+      return fits(replay_warp_parts_) && (replay_warp_parts_ & (replay_warp_parts_ - 1)) == 0
+                 ? replay_warp_parts_ : 1;
+    int64_t parts = 1;
+    while (fits(2 * parts) && bh * 2 * parts <= 8 * static_cast<int64_t>(sms_)) parts *= 2;
+    return static_cast<int>(parts);
+  }
+
+  int64_t replay_warp_smem(const ssu_replay_params& rp, int parts,
+                           ssu_cuda_replay_launch* L) const {
     const ssu_update_params& p = rp.u;
     if (replay_warp_ == 0) return -1;
     if (p.features & (SSU_F_DT_PER_CHANNEL | SSU_F_A_PER_CHANNEL)) return -1;
@@ -603,8 +633,10 @@ class CudaBackend final : public Backend {
     // A block's warps are consecutive heads of one sequence; when they are
     // of one group too, the block stages the group's committed B entries
     // and computes the B . C dots once, in a region after the warps' slices.
-    const bool share = replay_group_share_ && p.heads_per_group % SSU_CUDA_REPLAY_WARPS == 0;
-    const int64_t slice = align16(replay_smem(rp, static_cast<int>(p.dim), L, false, !share));
+    const bool share =
+        replay_group_share_ && p.heads_per_group * parts % SSU_CUDA_REPLAY_WARPS == 0;
+    const int64_t slice =
+        align16(replay_smem(rp, static_cast<int>(p.dim / parts), L, false, !share));
     int64_t need = slice * SSU_CUDA_REPLAY_WARPS;
     L->group_share = share ? 1 : 0;
     if (share) {
@@ -1190,6 +1222,7 @@ class CudaBackend final : public Backend {
   bool replay_early_entries_ = true;  // SSU_CUDA_REPLAY_EARLY_ENTRIES
   bool replay_fold_f32_ = true;  // SSU_CUDA_REPLAY_FOLD_F32
   int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
+  int replay_warp_parts_ = 0;  // SSU_CUDA_REPLAY_WARP_PARTS; 0: by batch
   CUfunction m3_fn_[3][kM3Variants] = {};
   CUfunction m3p_fn_[3][kM3pRanks] = {};
   int m3p_regs_blocks_[3][kM3pRanks] = {};
