@@ -153,9 +153,10 @@ typedef struct ssu_cuda_m3_pipe_launch {
 #ifndef SSU_CUDA_REPLAY_THREADS
 #define SSU_CUDA_REPLAY_THREADS 128
 #endif
-/* The warp-per-head replay kernels: one warp per (sequence, head), this many
- * to a block of SSU_CUDA_REPLAY_THREADS, each with its own slice of shared
- * memory and no block-wide barrier. */
+/* The warp-per-head replay kernels: one warp per (sequence, head, part of
+ * rows_per_block rows; tiles_per_head parts), this many to a block of
+ * SSU_CUDA_REPLAY_THREADS, each with its own slice of shared memory and no
+ * block-wide barrier. */
 #define SSU_CUDA_REPLAY_WARPS (SSU_CUDA_REPLAY_THREADS / 32)
 typedef struct ssu_cuda_replay_launch {
   ssu_replay_params p;
@@ -180,7 +181,7 @@ typedef struct ssu_cuda_replay_launch {
                          (per-head layouts)                              */
   int32_t warp_slice; /* warp-per-head kernels: bytes of shared memory per
                          warp; the offsets above are within a warp's slice
-                         (rows = P, no tile)                             */
+                         (rows = rows_per_block, no tile)                */
   int32_t group_share; /* warp-per-head kernels: 1 = a block's warps are
                           heads of one group and share its committed B
                           entries and B . C dots (below; off_Br unused)   */
