@@ -18,7 +18,11 @@
 // per-token or intermediate stores, per-head A, dt, dt_bias and D (Mamba-2),
 // f32 / f16 / bf16 states rounded to nearest and f16 / bf16 states rounded
 // stochastically (SR), state rows of C = N * sizeof (state) / 16 chunks with
-// C a power of two <= 32, a 16-byte aligned pool.
+// C a power of two <= 32, a 16-byte aligned pool. The _pc kernels (PC) take
+// the Mamba-1 form instead: dense f32 A rows (H, P, N) 16-byte aligned, dt,
+// dt_bias and D per head or per channel (read at each row, a zero P stride
+// for per-head ones), states rounded to nearest; each lane also loads its
+// chunk of the row's A and the row's step size and D with step 1.
 //
 // The arithmetic is that of the simple kernel (ssu_update.cu) with lanes per
 // row = C: the same state bits (and the CPU's), the same output bits. With
@@ -62,10 +66,11 @@ __device__ __forceinline__ void direct_load_cols(const IT* src, bool wide, float
 
 // K: 16-byte chunks per lane at most (the warp's rows are chunks_per_lane *
 // 32 / C).
-template <typename ST, typename IT, bool SR, int K>
+template <typename ST, typename IT, bool SR, int K, bool PC = false>
 __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
   static_assert(!SR || sizeof(ST) == 2, "stochastic rounding: f16 and bf16 states");
+  static_assert(!SR || !PC, "the per-channel form rounds to nearest");
   const ssu_update_params& p = L.p;
   const uint32_t f = p.features;
   const int lane = threadIdx.x & 31;
@@ -90,12 +95,13 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   const int64_t s0 =
       (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
   int64_t d = own_dst ? load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b) : -1;
-  float dt = load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + h * p.dt_stride_h);
-  const float bias = (f & SSU_F_HAS_DT_BIAS)
+  float dt = PC ? 0.f : load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + h * p.dt_stride_h);
+  const float bias = !PC && (f & SSU_F_HAS_DT_BIAS)
                          ? load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h)
                          : 0.f;
-  const float a = load_param(p.A, p.A_dtype, h * p.A_stride_h);
-  const float Dh = (f & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, h * p.D_stride_h) : 0.f;
+  const float a = PC ? 0.f : load_param(p.A, p.A_dtype, h * p.A_stride_h);
+  const float Dh =
+      !PC && (f & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, h * p.D_stride_h) : 0.f;
   float Bv[VEC], Cv[VEC];
   {
     const IT* Bb = static_cast<const IT*>(p.B) + b * p.B_stride_b + g * p.B_stride_g + col * VEC;
@@ -115,6 +121,30 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
     rv[k] = row[k] < P && k < L.chunks_per_lane;
     xv[k] = rv[k] ? to_f32(__ldg(xb + row[k])) : 0.f;
     zv[k] = rv[k] && (f & SSU_F_HAS_Z) ? to_f32(__ldg(zb + row[k])) : 0.f;
+  }
+  // Per-channel form: the row's step size, bias and D, and the lane's chunk
+  // of the row's A (f32: VEC values at the state chunk's columns).
+  [[maybe_unused]] float dtk[PC ? K : 1], biask[PC ? K : 1], Dk[PC ? K : 1];
+  [[maybe_unused]] float Ak[PC ? K : 1][PC ? VEC : 1];
+  if constexpr (PC) {
+    const int64_t dtb = b * p.dt_stride_b + h * p.dt_stride_h;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      dtk[k] = biask[k] = Dk[k] = 0.f;
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) Ak[k][v] = 0.f;
+      if (!rv[k]) continue;
+      const int r = row[k];
+      dtk[k] = load_param(p.dt, p.dt_dtype, dtb + r * p.dt_stride_p);
+      if (f & SSU_F_HAS_DT_BIAS)
+        biask[k] = load_param(p.dt_bias, p.dt_bias_dtype,
+                              h * p.dt_bias_stride_h + r * p.dt_bias_stride_p);
+      if (f & SSU_F_HAS_D)
+        Dk[k] = load_param(p.D, p.D_dtype, h * p.D_stride_h + r * p.D_stride_p);
+      const float* Ar = static_cast<const float*>(p.A) + h * p.A_stride_h + r * p.A_stride_p +
+                        col * VEC;
+      direct_load_wide<uint4, float, VEC>(Ar, Ak[k]);
+    }
   }
 
   bool pad = is_pad(s0, p.pad_slot_id);
@@ -148,7 +178,16 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   // While the rows are in flight: the step size, the decay, the store slot.
   dt += bias;
   if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
-  const float dA = ssu_math::exp(a * dt);
+  const float dA = PC ? 0.f : ssu_math::exp(a * dt);
+  if constexpr (PC) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float v = dtk[k];
+      if (f & SSU_F_HAS_DT_BIAS) v += biask[k];
+      if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
+      dtk[k] = v;
+    }
+  }
   uint64_t seed = 0;
   if constexpr (SR) seed = *p.sr_seed;
   const PipeKeys keys = pipe_keys(seed);
@@ -167,18 +206,20 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     if (k >= L.chunks_per_lane) break;  // warp-uniform
-    const float dtx = dt * xv[k];
+    const float dtr = PC ? dtk[k] : dt;
+    const float dtx = dtr * xv[k];
     float acc = 0.f;
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
+      const float dAv = PC ? ssu_math::exp(Ak[k][v] * dtr) : dA;
       // Two roundings, as on the CPU (compiled with -fmad=false).
-      hs[k][v] = hs[k][v] * dA + Bv[v] * dtx;
+      hs[k][v] = hs[k][v] * dAv + Bv[v] * dtx;
       acc = fmaf(hs[k][v], Cv[v], acc);
     }
     for (int off = C >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (rv[k]) {
       if (col == 0) {
-        float y = acc + Dh * xv[k];
+        float y = acc + (PC ? Dk[k] : Dh) * xv[k];
         if (f & SSU_F_HAS_Z) y *= silu(zv[k]);
         out_bh[row[k]] = from_f32<IT>(y);
       }
@@ -210,9 +251,22 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   SSU_DIRECT_KERNEL(sname, ST, f32, float, SR, suffix)   \
   SSU_DIRECT_KERNEL(sname, ST, f16, f16, SR, suffix)     \
   SSU_DIRECT_KERNEL(sname, ST, bf16, bf16, SR, suffix)
+#define SSU_DIRECT_PC_KERNEL(sname, ST, iname, IT)                                 \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                  \
+      ssu_direct_##sname##_##iname##_pc(const __grid_constant__ ssu_cuda_direct_launch launch) { \
+    pdl_wait();                                                                    \
+    direct_body<ST, IT, false, SSU_CUDA_DIRECT_K, true>(launch);                   \
+  }
+#define SSU_DIRECT_PC_KERNELS(sname, ST)           \
+  SSU_DIRECT_PC_KERNEL(sname, ST, f32, float)      \
+  SSU_DIRECT_PC_KERNEL(sname, ST, f16, f16)        \
+  SSU_DIRECT_PC_KERNEL(sname, ST, bf16, bf16)
 
 SSU_DIRECT_KERNELS(f32, float, false, )
 SSU_DIRECT_KERNELS(f16, f16, false, )
 SSU_DIRECT_KERNELS(bf16, bf16, false, )
 SSU_DIRECT_KERNELS(f16, f16, true, _sr)
 SSU_DIRECT_KERNELS(bf16, bf16, true, _sr)
+SSU_DIRECT_PC_KERNELS(f32, float)
+SSU_DIRECT_PC_KERNELS(f16, f16)
+SSU_DIRECT_PC_KERNELS(bf16, bf16)

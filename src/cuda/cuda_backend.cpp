@@ -229,6 +229,10 @@ class CudaBackend final : public Backend {
             if (!sr || s != 0)  // stochastic: f16 / bf16 states
               direct_fn_[s][i][sr] = load_function(format(
                   "ssu_direct_%s_%s%s", kDtypeNames[s], kDtypeNames[i], sr ? "_sr" : "").c_str());
+      for (int s = 0; s < 3; ++s)
+        for (int i = 0; i < 3; ++i)
+          direct_pc_fn_[s][i] = load_function(
+              format("ssu_direct_%s_%s_pc", kDtypeNames[s], kDtypeNames[i]).c_str());
       if (const char* e = std::getenv("SSU_CUDA_DIRECT")) direct_mode_ = std::atoi(e) ? 1 : 0;
       if (const char* e = std::getenv("SSU_CUDA_DIRECT_K")) {
         const long v = std::strtol(e, nullptr, 10);
@@ -856,12 +860,21 @@ class CudaBackend final : public Backend {
   // pipelined plans only, whose form (pipe_form: no varlen, per-token or
   // intermediate stores, per-head dt / dt_bias / D without per-channel A,
   // rows of a power of two <= 32 chunks) and pool alignment (pipe_aligned)
-  // are checked; the direct kernels take its single-token, per-head-A calls
-  // with f32 / f16 / bf16 states (f16 / bf16 rounded either way).
+  // are checked; the direct kernels take its single-token calls with f32 /
+  // f16 / bf16 states: per-head A (f16 / bf16 rounded either way), or the
+  // Mamba-1 form with per-channel A (the _pc kernels, rounded to nearest;
+  // H100, batch 1 of ssu-bench --mamba1: 6.2 us per call on the simple
+  // kernels before).
   bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
                       ssu_stream_t stream) const {
-    if (si > 2 || p.ntokens != 1 || (p.features & SSU_F_A_PER_CHANNEL)) return false;
-    const CUfunction fn = direct_fn_[si][ii][sr];
+    if (si > 2 || p.ntokens != 1) return false;
+    // Per-channel A: the Mamba-1 form pipe_form admits (dense f32 A rows,
+    // rounded to nearest), in the _pc kernels.
+    const bool pc = p.features & SSU_F_A_PER_CHANNEL;
+    if (pc && (sr || p.A_dtype != SSU_DTYPE_F32 || p.A_stride_n != 1 ||
+               p.A_stride_p != p.dstate || !aligned16(p.A) || (p.A_stride_h * 4) % 16 != 0))
+      return false;
+    const CUfunction fn = pc ? direct_pc_fn_[si][ii] : direct_fn_[si][ii][sr];
     if (!fn) return false;  // stochastic rounding of an f32 state: none (the plan refuses it)
     const int64_t chunks = p.dstate * dtype_bytes(si) / 16;
     ssu_cuda_direct_launch L;
@@ -1208,6 +1221,7 @@ class CudaBackend final : public Backend {
   // plan's calls that are too small for the pipelined grid; 0 = never; 1 =
   // every call of their form.
   CUfunction direct_fn_[3][3][2] = {};
+  CUfunction direct_pc_fn_[3][3] = {};  // the Mamba-1 form (per-channel A)
   int direct_mode_ = -1;
   // SSU_CUDA_DIRECT_K: 16-byte chunks per lane (unset, 0: chosen per call).
   int direct_chunks_per_lane_ = 0;
