@@ -176,12 +176,17 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
     }
   }
   // While the rows are in flight: the step size, the decay, the store slot.
-  dt += bias;
-  if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+  if constexpr (!PC) {
+    dt += bias;
+    if (f & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
+  }
   const float dA = PC ? 0.f : ssu_math::exp(a * dt);
   if constexpr (PC) {
+    // (Only the warp's chunks: a softplus is about 40 instructions, a
+    // tenth of a one-chunk warp's whole work.)
 #pragma unroll
     for (int k = 0; k < K; ++k) {
+      if (k >= L.chunks_per_lane) break;  // warp-uniform
       float v = dtk[k];
       if (f & SSU_F_HAS_DT_BIAS) v += biask[k];
       if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
