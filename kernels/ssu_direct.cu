@@ -246,32 +246,22 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
 
 }  // namespace
 
-#define SSU_DIRECT_KERNEL(sname, ST, iname, IT, SR, suffix)                       \
+#define SSU_DIRECT_KERNEL(sname, ST, iname, IT, SR, PC, suffix)                   \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                  \
       ssu_direct_##sname##_##iname##suffix(const __grid_constant__ ssu_cuda_direct_launch launch) { \
     pdl_wait();                                                                    \
-    direct_body<ST, IT, SR, SSU_CUDA_DIRECT_K>(launch);                            \
+    direct_body<ST, IT, SR, SSU_CUDA_DIRECT_K, PC>(launch);                        \
   }
-#define SSU_DIRECT_KERNELS(sname, ST, SR, suffix)        \
-  SSU_DIRECT_KERNEL(sname, ST, f32, float, SR, suffix)   \
-  SSU_DIRECT_KERNEL(sname, ST, f16, f16, SR, suffix)     \
-  SSU_DIRECT_KERNEL(sname, ST, bf16, bf16, SR, suffix)
-#define SSU_DIRECT_PC_KERNEL(sname, ST, iname, IT)                                 \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_THREADS)                  \
-      ssu_direct_##sname##_##iname##_pc(const __grid_constant__ ssu_cuda_direct_launch launch) { \
-    pdl_wait();                                                                    \
-    direct_body<ST, IT, false, SSU_CUDA_DIRECT_K, true>(launch);                   \
-  }
-#define SSU_DIRECT_PC_KERNELS(sname, ST)           \
-  SSU_DIRECT_PC_KERNEL(sname, ST, f32, float)      \
-  SSU_DIRECT_PC_KERNEL(sname, ST, f16, f16)        \
-  SSU_DIRECT_PC_KERNEL(sname, ST, bf16, bf16)
+#define SSU_DIRECT_KERNELS(sname, ST, SR, PC, suffix)        \
+  SSU_DIRECT_KERNEL(sname, ST, f32, float, SR, PC, suffix)   \
+  SSU_DIRECT_KERNEL(sname, ST, f16, f16, SR, PC, suffix)     \
+  SSU_DIRECT_KERNEL(sname, ST, bf16, bf16, SR, PC, suffix)
 
-SSU_DIRECT_KERNELS(f32, float, false, )
-SSU_DIRECT_KERNELS(f16, f16, false, )
-SSU_DIRECT_KERNELS(bf16, bf16, false, )
-SSU_DIRECT_KERNELS(f16, f16, true, _sr)
-SSU_DIRECT_KERNELS(bf16, bf16, true, _sr)
-SSU_DIRECT_PC_KERNELS(f32, float)
-SSU_DIRECT_PC_KERNELS(f16, f16)
-SSU_DIRECT_PC_KERNELS(bf16, bf16)
+SSU_DIRECT_KERNELS(f32, float, false, false, )
+SSU_DIRECT_KERNELS(f16, f16, false, false, )
+SSU_DIRECT_KERNELS(bf16, bf16, false, false, )
+SSU_DIRECT_KERNELS(f16, f16, true, false, _sr)
+SSU_DIRECT_KERNELS(bf16, bf16, true, false, _sr)
+SSU_DIRECT_KERNELS(f32, float, false, true, _pc)
+SSU_DIRECT_KERNELS(f16, f16, false, true, _pc)
+SSU_DIRECT_KERNELS(bf16, bf16, false, true, _pc)

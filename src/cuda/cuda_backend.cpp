@@ -763,10 +763,14 @@ class CudaBackend final : public Backend {
       return "its state rows are 1, 2, 4, 8, 16 or 32 16-byte chunks";
     return nullptr;
   }
+  // The call's own layout, which the plan does not fix: a 16-byte aligned
+  // pool and, for per-channel A, dense rows (the dtype and rounding are the
+  // plan's) 16-byte aligned, as the pipelined and direct kernels read them.
   static bool pipe_aligned(const ssu_update_params& p) {
     const int64_t sb = state_bytes(p.state_dtype);
     const bool a_ok = !(p.features & SSU_F_A_PER_CHANNEL) ||
-                      (aligned16(p.A) && (p.A_stride_h * 4) % 16 == 0);
+                      (p.A_stride_n == 1 && p.A_stride_p == p.dstate && aligned16(p.A) &&
+                       (p.A_stride_h * 4) % 16 == 0);
     return a_ok && aligned16(p.state) && (p.state_stride_slot * sb) % 16 == 0;
   }
 
@@ -868,12 +872,9 @@ class CudaBackend final : public Backend {
   bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
                       ssu_stream_t stream) const {
     if (si > 2 || p.ntokens != 1) return false;
-    // Per-channel A: the Mamba-1 form pipe_form admits (dense f32 A rows,
-    // rounded to nearest), in the _pc kernels.
+    // Per-channel A: the Mamba-1 form (pipe_form, pipe_aligned), in the _pc
+    // kernels.
     const bool pc = p.features & SSU_F_A_PER_CHANNEL;
-    if (pc && (sr || p.A_dtype != SSU_DTYPE_F32 || p.A_stride_n != 1 ||
-               p.A_stride_p != p.dstate || !aligned16(p.A) || (p.A_stride_h * 4) % 16 != 0))
-      return false;
     const CUfunction fn = pc ? direct_pc_fn_[si][ii] : direct_fn_[si][ii][sr];
     if (!fn) return false;  // stochastic rounding of an f32 state: none (the plan refuses it)
     const int64_t chunks = p.dstate * dtype_bytes(si) / 16;
