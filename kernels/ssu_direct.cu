@@ -16,8 +16,11 @@
 //
 // Form (the host checks it, see cuda_backend.cpp): one token, no varlen, no
 // per-token or intermediate stores, per-head A, dt, dt_bias and D (Mamba-2),
-// f32 / f16 / bf16 states rounded to nearest and f16 / bf16 states rounded
-// stochastically (SR), state rows of C = N * sizeof (state) / 16 chunks with
+// every state format: f32 / f16 / bf16 and the block-scaled int16 / int8 /
+// e4m3 rounded to nearest, f16 / bf16 / e4m3 rounded stochastically (SR)
+// (a block-scaled row's codes stay in registers until its step, and its
+// encode factor is a reduction over its lanes), state rows of C = N *
+// sizeof (state) / 16 chunks with
 // C a power of two <= 32, a 16-byte aligned pool. The _pc kernels (PC) take
 // the Mamba-1 form instead: dense f32 A rows (H, P, N) 16-byte aligned, dt,
 // dt_bias and D per head or per channel (read at each row, a zero P stride
@@ -69,8 +72,9 @@ __device__ __forceinline__ void direct_load_cols(const IT* src, bool wide, float
 template <typename ST, typename IT, bool SR, int K, bool PC = false>
 __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
-  static_assert(!SR || sizeof(ST) == 2, "stochastic rounding: f16 and bf16 states");
-  static_assert(!SR || !PC, "the per-channel form rounds to nearest");
+  constexpr bool QUANT = StateFormat<ST>::kScaled;
+  static_assert(!SR || StateFormat<ST>::kSr, "stochastic rounding: f16, bf16 and e4m3 states");
+  static_assert(!PC || (!SR && !QUANT), "the per-channel form: f32, f16, bf16 rounded to nearest");
   const ssu_update_params& p = L.p;
   const uint32_t f = p.features;
   const int lane = threadIdx.x & 31;
@@ -165,10 +169,19 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   const int64_t head_off = h * int64_t(P) * N;
   const int64_t src_off = s0 * p.state_stride_slot + head_off + int64_t(row0) * N + lane * VEC;
   const ST* const src = state + src_off;
-  float hs[K][VEC];
+  // Block-scaled rows stay codes until their step (4 registers a chunk
+  // instead of VEC), with the row's decode scale beside them.
+  float hs[QUANT ? 1 : K][VEC];
+  [[maybe_unused]] uint4 raw[QUANT ? K : 1];
+  [[maybe_unused]] float rs[QUANT ? K : 1];
+  const int64_t scale_head = h * P;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
-    if (rv[k]) {
+    if constexpr (QUANT) {
+      raw[k] = rv[k] ? __ldcs(reinterpret_cast<const uint4*>(src + k * 32 * VEC))
+                     : make_uint4(0, 0, 0, 0);
+      rs[k] = rv[k] ? p.state_scale[s0 * p.state_scale_stride_slot + scale_head + row[k]] : 0.f;
+    } else if (rv[k]) {
       load_chunk<ST, VEC>(src + k * 32 * VEC, hs[k]);
     } else {
 #pragma unroll
@@ -206,6 +219,11 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
   }
   ST* const dst = d >= 0 ? state + d * p.state_stride_slot + head_off + int64_t(row0) * N + lane * VEC
                          : nullptr;
+  [[maybe_unused]] float* const scale_dst =
+      QUANT && d >= 0 ? p.state_scale + d * p.state_scale_stride_slot + scale_head : nullptr;
+  // The lanes of this lane's row (a contiguous, aligned group of C).
+  [[maybe_unused]] const unsigned gmask =
+      C == 32 ? 0xffffffffu : ((1u << C) - 1u) << (lane & ~(C - 1));
 
   // 3. Rows in order of their loads.
 #pragma unroll
@@ -214,13 +232,20 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
     const float dtr = PC ? dtk[k] : dt;
     const float dtx = dtr * xv[k];
     float acc = 0.f;
+    float* const hk = hs[QUANT ? 0 : k];
+    if constexpr (QUANT) scaled_chunk_to_f32<ST>(raw[k], rs[k], hk);
 #pragma unroll
     for (int v = 0; v < VEC; ++v) {
       const float dAv = PC ? ssu_math::exp(Ak[k][v] * dtr) : dA;
-      // Two roundings, as on the CPU (compiled with -fmad=false).
-      hs[k][v] = hs[k][v] * dAv + Bv[v] * dtx;
-      acc = fmaf(hs[k][v], Cv[v], acc);
+      // Rounded as on the CPU (compiled with -fmad=false).
+      hk[v] = hk[v] * dAv + Bv[v] * dtx;
+      acc = fmaf(hk[v], Cv[v], acc);
     }
+    // A block-scaled row's encode factor: every lane of the row group takes
+    // part (a row that does not exist has zeros).
+    [[maybe_unused]] bool finite = true;
+    [[maybe_unused]] float enc = 1.f;
+    if constexpr (QUANT) enc = pipe_encode_factor<ST, VEC>(hk, C, gmask, &finite);
     for (int off = C >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (rv[k]) {
       if (col == 0) {
@@ -230,13 +255,21 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
       }
       if (dst) {
         Chunk<ST, VEC> c;
+        uint32_t w[SR ? VEC : 1];
         if constexpr (SR) {
-          uint32_t w[VEC];
-          pipe_sr_words(w, seed, keys, static_cast<uint64_t>(src_off + k * 32 * VEC), p.sr_rounds);
-          c.u = pipe_sr_pack<ST>(hs[k], w);
+#pragma unroll
+          for (int q = 0; q < VEC; q += 8)
+            pipe_sr_words(w + q, seed, keys, static_cast<uint64_t>(src_off + k * 32 * VEC + q),
+                          p.sr_rounds);
+        }
+        if constexpr (QUANT) {
+          c.u = scaled_chunk_encode<ST, SR>(hk, enc, finite, w);
+          if (col == 0) scale_dst[row[k]] = 1.0f / enc;
+        } else if constexpr (SR) {
+          c.u = pipe_sr_pack<ST>(hk, w);
         } else {
 #pragma unroll
-          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hs[k][v]);
+          for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hk[v]);
         }
         store_encoded<ST, VEC>(dst + k * 32 * VEC, c, VEC);
       }
@@ -260,8 +293,12 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
 SSU_DIRECT_KERNELS(f32, float, false, false, )
 SSU_DIRECT_KERNELS(f16, f16, false, false, )
 SSU_DIRECT_KERNELS(bf16, bf16, false, false, )
+SSU_DIRECT_KERNELS(i16, int16_t, false, false, )
+SSU_DIRECT_KERNELS(i8, int8_t, false, false, )
+SSU_DIRECT_KERNELS(f8e4m3, e4m3, false, false, )
 SSU_DIRECT_KERNELS(f16, f16, true, false, _sr)
 SSU_DIRECT_KERNELS(bf16, bf16, true, false, _sr)
+SSU_DIRECT_KERNELS(f8e4m3, e4m3, true, false, _sr)
 SSU_DIRECT_KERNELS(f32, float, false, true, _pc)
 SSU_DIRECT_KERNELS(f16, f16, false, true, _pc)
 SSU_DIRECT_KERNELS(bf16, bf16, false, true, _pc)

@@ -881,6 +881,79 @@ __device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c
   acc = fmaf(h, c, acc);
 }
 
+// A 16-byte chunk of block-scaled codes (int16, int8, e4m3) as fp32 values:
+// code * rs, with rs the row's decode scale (the CPU's operations, so the
+// same bits).
+template <typename ST>
+__device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, float* h) {
+  static_assert(StateFormat<ST>::kScaled, "block-scaled codes");
+  constexpr int VEC = 16 / sizeof(ST);
+  if constexpr (std::is_same<ST, int16_t>::value) {
+    // Codes through the conversion pipe (one instruction, where the
+    // mantissa trick of to_f32 takes three; 8 per lane and row keep that
+    // pipe a fraction busy).
+    Chunk<ST, VEC> c;
+    c.u = u;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) h[e] = static_cast<float>(c.e[e]) * rs;
+  } else if constexpr (std::is_same<ST, int8_t>::value) {
+    // int8 codes, 16 per chunk (on the conversion pipe they would be its
+    // limit): code + 128 (the sign bit flipped) as the low byte of 1.5 *
+    // 2^23's pattern, one byte permute each, then one subtract gives the
+    // code exactly. The pattern sits in a register so that the permute
+    // takes its selector as an immediate (with the pattern as the
+    // immediate, every permute needs its selector moved into a register).
+    uint32_t magic = 0x4B400000u;
+    asm volatile("" : "+r"(magic));
+    const uint32_t wd[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u,
+                            u.w ^ 0x80808080u};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        h[4 * k + j] = (__uint_as_float(__byte_perm(wd[k], magic, 0x7650u + j)) - 12583040.0f) * rs;
+  } else {
+    // e4m3 codes through to_f32's integer and fp32 operations.
+    Chunk<ST, VEC> c;
+    c.u = u;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) h[e] = to_f32(c.e[e]) * rs;
+  }
+}
+
+// A row's chunk of fp32 values h as block-scaled codes with the row's
+// encode factor enc (pipe_encode_factor; finite: every h * enc is a
+// number), rounded to nearest or (SR, e4m3) with the elements' Philox words w.
+template <typename ST, bool SR>
+__device__ __forceinline__ uint4 scaled_chunk_encode(const float* h, float enc, bool finite,
+                                                     const uint32_t* w) {
+  using F = StateFormat<ST>;
+  constexpr int VEC = 16 / sizeof(ST);
+  Chunk<ST, VEC> c;
+  if constexpr (SR) {
+    // A row of NaN or Inf stores 0x7F everywhere.
+    if (finite) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr_finite(h[e], enc, w[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr(h[e], enc, w[e]);
+    }
+  } else {
+    (void)w;
+    // A finite row with a finite factor takes StateFormat's encode_finite
+    // (no NaN test; no clamp for the integer formats).
+    if (finite) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_finite(h[e], enc);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) c.e[e] = F::encode(h[e], enc);
+    }
+  }
+  return c.u;
+}
+
 // The row loop of the 16- and 8-bit states (f16 and bf16 rounded to nearest
 // or stochastically, int16, int8, e4m3 rounded to nearest or
 // stochastically) with one token and per-head A and step size: one 16-byte
@@ -933,32 +1006,8 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     Chunk<ST, VEC> c;
     c.u = v ? *reinterpret_cast<const uint4*>(chunk0 + i * (SSU_CUDA_THREADS * 16))
             : make_uint4(0, 0, 0, 0);
-    if constexpr (std::is_same<ST, int16_t>::value) {
-      // Codes through the conversion pipe (one instruction, where the
-      // mantissa trick of to_f32 takes three; 8 per lane and row keep that
-      // pipe a fraction busy), times the row's decode scale.
-      const float rs = v ? sg[i * ngrp] : 0.f;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) h[e] = static_cast<float>(c.e[e]) * rs;
-    } else if constexpr (std::is_same<ST, int8_t>::value) {
-      // int8 codes, 16 per lane and row (on the conversion pipe they would
-      // be its limit): code + 128 (the sign bit flipped) as the low byte
-      // of 1.5 * 2^23's pattern, one byte permute each, then one subtract
-      // gives the code exactly.
-      const float rs = v ? sg[i * ngrp] : 0.f;
-      const uint32_t wd[4] = {c.u.x ^ 0x80808080u, c.u.y ^ 0x80808080u, c.u.z ^ 0x80808080u,
-                              c.u.w ^ 0x80808080u};
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          h[4 * k + j] =
-              (__uint_as_float(__byte_perm(wd[k], 0x4B400000u, 0x7650u + j)) - 12583040.0f) * rs;
-    } else if constexpr (QUANT) {
-      // e4m3 codes through to_f32's integer and fp32 operations.
-      const float rs = v ? sg[i * ngrp] : 0.f;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) h[e] = to_f32(c.e[e]) * rs;
+    if constexpr (QUANT) {
+      scaled_chunk_to_f32<ST>(c.u, v ? sg[i * ngrp] : 0.f, h);
     } else if constexpr (std::is_same<ST, bf16>::value) {
       // A pair's two values straight from its word (to_f32 of the upper
       // element compiles to a permute and a shift).
@@ -1042,32 +1091,12 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   auto store = [&](int i, bool v, const float* h, auto r10) {
     Chunk<ST, VEC> c;
     float enc = 1.f;
-    if constexpr (QUANT && SR) {
-      // e4m3, stochastic: the words, then the codes (a row of NaN or Inf
-      // stores 0x7F everywhere).
+    if constexpr (QUANT) {
       bool finite;
       enc = pipe_encode_factor<ST, VEC>(h, lpr, gmask, &finite);
-      uint32_t w[VEC];
-      words(w, i, r10, One{});
-      if (finite) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr_finite(h[e], enc, w[e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr(h[e], enc, w[e]);
-      }
-    } else if constexpr (QUANT) {
-      // A finite row with a finite factor takes StateFormat's encode_finite
-      // (no NaN test; no clamp for the integer formats).
-      bool finite;
-      enc = pipe_encode_factor<ST, VEC>(h, lpr, gmask, &finite);
-      if (finite) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_finite(h[e], enc);
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode(h[e], enc);
-      }
+      uint32_t w[SR ? VEC : 1];
+      if constexpr (SR) words(w, i, r10, One{});
+      c.u = scaled_chunk_encode<ST, SR>(h, enc, finite, w);
     } else if constexpr (SR) {
       uint32_t w[VEC];
       words(w, i, r10, One{});

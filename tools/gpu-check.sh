@@ -81,8 +81,8 @@ if [ "${TESTS:-1}" != 0 ]; then
   # whatever its size (by default they take only calls too small for the
   # pipelined grid).
   t0=$(date +%s)
-  SSU_CUDA_DIRECT=1 "$build/tests/gpu/test_gpu_update" --test-case='*table*' 2>&1 | tail -4
-  note "gpu table with SSU_CUDA_DIRECT=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+  SSU_CUDA_DIRECT=1 "$build/tests/gpu/test_gpu_update" --test-case='*table*,*8-bit*' 2>&1 | tail -4
+  note "gpu table and 8-bit states with SSU_CUDA_DIRECT=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   # CPU / CUDA state bits again with the direct kernels off (the simple
   # kernels take the small calls) and on for every call of their form.
   for dm in 0 1; do

@@ -223,10 +223,10 @@ class CudaBackend final : public Backend {
           pinned_pipe_small_ = true;  // small calls too, so that tests reach the kernel
         }
       }
-      for (int s = 0; s < 3; ++s)
+      for (int s = 0; s < kUpdateStateDtypes; ++s)
         for (int i = 0; i < 3; ++i)
           for (int sr = 0; sr < 2; ++sr)
-            if (!sr || s != 0)  // stochastic: f16 / bf16 states
+            if (!sr || has_sr(s))
               direct_fn_[s][i][sr] = load_function(format(
                   "ssu_direct_%s_%s%s", kDtypeNames[s], kDtypeNames[i], sr ? "_sr" : "").c_str());
       for (int s = 0; s < 3; ++s)
@@ -864,17 +864,18 @@ class CudaBackend final : public Backend {
   // pipelined plans only, whose form (pipe_form: no varlen, per-token or
   // intermediate stores, per-head dt / dt_bias / D without per-channel A,
   // rows of a power of two <= 32 chunks) and pool alignment (pipe_aligned)
-  // are checked; the direct kernels take its single-token calls with f32 /
-  // f16 / bf16 states: per-head A (f16 / bf16 rounded either way), or the
-  // Mamba-1 form with per-channel A (the _pc kernels, rounded to nearest;
-  // H100, batch 1 of ssu-bench --mamba1: 6.2 us per call on the simple
-  // kernels before).
+  // are checked; the direct kernels take its single-token calls: per-head A
+  // with any state format (f16 / bf16 / e4m3 rounded either way), or the
+  // Mamba-1 form with per-channel A and f32 / f16 / bf16 states (the _pc
+  // kernels, rounded to nearest; H100, batch 1 of ssu-bench --mamba1: 6.2 us
+  // per call on the simple kernels before).
   bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
                       ssu_stream_t stream) const {
-    if (si > 2 || p.ntokens != 1) return false;
+    if (p.ntokens != 1) return false;
     // Per-channel A: the Mamba-1 form (pipe_form, pipe_aligned), in the _pc
-    // kernels.
+    // kernels (f32, f16 and bf16 states).
     const bool pc = p.features & SSU_F_A_PER_CHANNEL;
+    if (pc && si > 2) return false;
     const CUfunction fn = pc ? direct_pc_fn_[si][ii] : direct_fn_[si][ii][sr];
     if (!fn) return false;  // stochastic rounding of an f32 state: none (the plan refuses it)
     const int64_t chunks = p.dstate * dtype_bytes(si) / 16;
@@ -963,7 +964,15 @@ class CudaBackend final : public Backend {
         {int64_t(P), max_rows, std::max<int64_t>(groups, tile_bytes / (int64_t(N) * sb))}));
     int64_t resident = std::max<int64_t>(
         1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + kPipeBlockSmem)));
-    if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < resident * sms_) return false;
+    // Fewer items than resident blocks: the direct kernels (or the simple
+    // ones) take the call. With 8-bit rows the direct kernels stay faster up
+    // to two items per resident block (H100, default shape, i8 / e4m3 at
+    // batch 8: 17.1 / 19.7 us against 21.4 / 22.2 us here; batch 16: 30.6 /
+    // 35.3 against 33.0 / 34.0).
+    const int64_t min_items_per_block =
+        sb == 1 && direct_mode_ != 0 && direct_fn_[si][ii][sr] ? 2 : 1;
+    if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < min_items_per_block * resident * sms_)
+      return false;
     for (;;) {
       const int64_t smem = pipe_layout(p, rows, &L);
       resident =
@@ -1221,7 +1230,7 @@ class CudaBackend final : public Backend {
   // SSU_CUDA_DIRECT: unset (-1) = the direct kernels take the pipelined
   // plan's calls that are too small for the pipelined grid; 0 = never; 1 =
   // every call of their form.
-  CUfunction direct_fn_[3][3][2] = {};
+  CUfunction direct_fn_[kUpdateStateDtypes][3][2] = {};
   CUfunction direct_pc_fn_[3][3] = {};  // the Mamba-1 form (per-channel A)
   int direct_mode_ = -1;
   // SSU_CUDA_DIRECT_K: 16-byte chunks per lane (unset, 0: chosen per call).
