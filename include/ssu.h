@@ -165,7 +165,8 @@ typedef struct ssu_tensor {
  * (shape[0] of `state`); every pool below is indexed by the same slots.
  *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,
  *    f16, or i16, i8 or f8e4m3 with state_scale (block-scaled, see below;
- *    the 8-bit formats: plain update only, on both backends); N <= 256
+ *    the 8-bit formats: the plain update on both backends, replay
+ *    checkpoints on the CPU backend only, Mamba-3 on neither); N <= 256
  *    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The
  *    inner three axes must be dense (strides P*N, N, 1); the slot stride is
  *    free (>= H*P*N), so a pool can live inside a larger buffer.
@@ -392,9 +393,10 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    pool.state_scale for the pool, intermediate_scales (I, T, H, P) f32
  *    for intermediate_states. Outputs use the unquantized fp32 values.
  *    Padded sequences write no scale. The CPU and CUDA backends store
- *    identical codes and scales. i8 and f8e4m3 states serve the plain
- *    update only: the replay and Mamba-3 operations refuse them at plan
- *    creation (SSU_ERROR_NOT_SUPPORTED).
+ *    identical codes and scales. i8 and f8e4m3 states also serve as
+ *    replay checkpoints on the CPU backend (the CUDA backend refuses them
+ *    at plan time in this version); the Mamba-3 operations refuse them at
+ *    plan creation (SSU_ERROR_NOT_SUPPORTED).
  *  - f16 / bf16: round to nearest even, or, when rounding_seed is given,
  *    stochastically: each stored element adds random bits below its last
  *    kept bit and truncates. The random word of the element at offset
@@ -730,7 +732,9 @@ SSU_API ssu_status_t ssu_plan_execute_mamba3_rotary(ssu_plan_t plan,
  * The names and layouts below may still change before 0.4.
  *
  * Per slot s:
- *  - ckpt[s]: the state pool of ssu_state_pool_t (every state format).
+ *  - ckpt[s]: the state pool of ssu_state_pool_t (every state format; the
+ *    8-bit ones, i8 and f8e4m3, on the CPU backend only: the CUDA backend
+ *    refuses them at plan time in this version).
  *  - a ring of L entries, one per token: x, B and the step size
  *    delta = softplus?(dt + dt_bias) as f32 (after bias and softplus).
  *  - committed[s], pending[s]: int32 counters, both 0 for a fresh slot. The
@@ -766,7 +770,8 @@ typedef struct ssu_replay_ring {
  * Arguments of a replay step: the update's tensors (see ssu_update_args_t)
  * in its single-token (T = 1), multi-token (Bt, T, ...) or varlen form, with
  * the slot pool and its ring. Per-head (Mamba-2) and per-channel (Mamba-1)
- * layouts, every input dtype and every state format of the update apply.
+ * layouts, every input dtype and every state format of the update apply
+ * (i8 and f8e4m3 checkpoints: CPU backend only in this version).
  *  - flags: SSU_UPDATE_DT_SOFTPLUS, SSU_UPDATE_DISABLE_STATE_UPDATE.
  *  - src_index (optional): (Bt,) int32/int64 slots; absent: slot = b.
  *    Padding as for the update: the sequence's outputs are exactly zero and
@@ -821,8 +826,9 @@ typedef struct ssu_replay_args {
   ssu_tensor_t num_accepted; /* optional, (Bt,) */
   uint32_t* error_word;     /* optional device word, CUDA backend only */
   const uint64_t* rounding_seed; /* optional: stochastic rounding of f16 /
-                               bf16 checkpoint stores (as for the update; the
-                               element offsets are those of the slot) */
+                               bf16 / f8e4m3 checkpoint stores (as for the
+                               update, refused for i8; the element offsets
+                               are those of the slot) */
   uint32_t rounding_rounds; /* Philox rounds, 1..32; 0 means 10 */
   uint32_t reserved1;       /* must be 0 */
 } ssu_replay_args_t;

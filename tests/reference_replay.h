@@ -10,8 +10,8 @@
 //
 // A replay step of one sequence is split in two so that a caller can put the
 // checkpoint the library actually stored in place once the step is done (a
-// 16-bit or int16 checkpoint is rounded when it is stored; later steps start
-// from the stored values):
+// 16-bit or block-scaled (int16, int8, e4m3) checkpoint is rounded when it
+// is stored; later steps start from the stored values):
 //   begin_step   step 1 (commit) and step 2 (flush decision and the logical
 //                state to store);
 //   finish_step  step 3 (outputs, from the logical state as computed: the

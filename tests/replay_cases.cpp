@@ -23,8 +23,16 @@ std::vector<ReplayCase> replay_case_table() {
     c.seed = seed++;
     v.push_back(c);
   };
+  // The 8-bit checkpoint cases (added later) draw their seeds from a range
+  // of their own, so that every older case keeps its data.
+  uint64_t seed8 = 7800;
+  auto add8 = [&](ReplayCase c) {
+    c.seed = seed8++;
+    v.push_back(c);
+  };
   const ssu_dtype_t F32 = SSU_DTYPE_F32, BF16 = SSU_DTYPE_BF16, F16 = SSU_DTYPE_F16,
-                    I16 = SSU_DTYPE_I16, I32 = SSU_DTYPE_I32, I64 = SSU_DTYPE_I64;
+                    I16 = SSU_DTYPE_I16, I32 = SSU_DTYPE_I32, I64 = SSU_DTYPE_I64,
+                    I8 = SSU_DTYPE_I8, E4M3 = SSU_DTYPE_F8E4M3;
 
   // Every ring capacity, one token per call: a checkpoint store every L steps.
   for (int64_t L : {1, 2, 7, 16, 32}) {
@@ -63,7 +71,7 @@ std::vector<ReplayCase> replay_case_table() {
   // Every state dtype with every input dtype, in turn single, multi and
   // varlen, with every parameter dtype.
   {
-    const ssu_dtype_t states[] = {F32, BF16, F16, I16};
+    const ssu_dtype_t states[] = {F32, BF16, F16, I16, I8, E4M3};
     const ssu_dtype_t inputs[] = {F32, BF16, F16};
     int i = 0;
     for (ssu_dtype_t st : states)
@@ -78,9 +86,23 @@ std::vector<ReplayCase> replay_case_table() {
         c.shape(2, 1, 32, 16);
         c.pad = i % 2 ? Pad::Negative : Pad::None;
         c.index = i % 4 == 3 ? I64 : I32;
-        add(c);
+        if (st == I8 || st == E4M3) add8(c);
+        else add(c);
         ++i;
       }
+    // e4m3 checkpoints rounded stochastically, in every form.
+    for (int f = 0; f < 3; ++f) {
+      ReplayCase c;
+      c.tag = "dtypes";
+      if (f == 0) c.single().ring(7);
+      if (f == 1) c.multi(2).ring(7);
+      if (f == 2) c.varlen(4).ring(16);
+      c.run(steps_for(c.L, c.T));
+      c.dtypes(E4M3, inputs[f], inputs[(f + 1) % 3]).shape(2, 1, 32, 16);
+      c.sr(0xe4 + uint64_t(f), f == 1 ? 5 : 0);
+      c.pad = f % 2 ? Pad::None : Pad::Negative;
+      add8(c);
+    }
   }
 
   // Speculative decoding: num_accepted random in 0..pending.
@@ -101,6 +123,18 @@ std::vector<ReplayCase> replay_case_table() {
       if (i == 6) c.accepted = I32;  // and the other way round
       if (i == 6) c.index = I64;
       add(c);
+    }
+    const ssu_dtype_t sts8[] = {I8, E4M3, E4M3};
+    for (int i = 0; i < 3; ++i) {
+      ReplayCase c;
+      c.tag = "speculative";
+      c.multi(tl[i + 2][0]).ring(tl[i + 2][1]).run(steps_for(tl[i + 2][1], 2) / 2 + 8);
+      c.shape(2, 1, 16, 16).dtypes(sts8[i], ins[i]);
+      if (i == 2) c.sr(0x5bec);
+      c.speculative = true;
+      c.pad = i % 2 ? Pad::Negative : Pad::PadSlotId;
+      c.index = i == 1 ? I64 : I32;
+      add8(c);
     }
   }
 
@@ -150,6 +184,18 @@ std::vector<ReplayCase> replay_case_table() {
     c.mamba1_layer(32, 16).varlen(2).ring(4).run(14).dtypes(I16, BF16, BF16);
     c.pad = Pad::Negative;
     add(c);
+    c.tag = "mamba1_i8_varlen";
+    c.dtypes(I8, BF16, BF16);
+    add8(c);
+    c = ReplayCase();
+    c.tag = "mamba1_f8e4m3";
+    c.mamba1_layer(64, 16).single().ring(7).run(16).dtypes(E4M3, F32);
+    c.pad = Pad::Negative;
+    add8(c);
+    c.tag = "mamba1_f8e4m3_sr_speculative";
+    c.multi(2).ring(5).dtypes(E4M3, BF16).sr(0x3e);
+    c.speculative = true;
+    add8(c);
   }
 
   // Padding and slot indices.
@@ -209,6 +255,14 @@ std::vector<ReplayCase> replay_case_table() {
     c.warm_start = true;
     c.speculative = true;
     add(c);
+    c.dtypes(E4M3, BF16).sr(0xd15);
+    add8(c);
+    c = ReplayCase();
+    c.tag = "disable_state_update";
+    c.multi(2).ring(4).run(16).dtypes(I8, F16).shape(2, 1, 16, 16);
+    c.disable_every = 3;
+    c.pad = Pad::Negative;
+    add8(c);
     c = ReplayCase();
     c.tag = "disable_state_update_varlen";
     c.varlen(4).ring(8).run(16).dtypes(F16, F16).shape(2, 1, 16, 16);
@@ -231,6 +285,15 @@ std::vector<ReplayCase> replay_case_table() {
     add(c);
     c.single().ring(1).run(12).dtypes(F16, BF16).sr(0xdeadbeef, 32);
     add(c);
+    // ... and of e4m3 checkpoints.
+    c.single().ring(7).run(20).dtypes(E4M3, BF16).sr(0x5eed8);
+    add8(c);
+    c.multi(4).ring(16).run(20).dtypes(E4M3, F16).sr(0xfeedbeefcafe, 7);
+    c.speculative = true;
+    add8(c);
+    c.single().ring(1).run(12).dtypes(E4M3, F32).sr(0xdeadbeef, 32);
+    c.speculative = false;
+    add8(c);
   }
 
   // Layouts: padded strides everywhere, entry-major rings.
@@ -247,6 +310,12 @@ std::vector<ReplayCase> replay_case_table() {
     c.layout = kReplayEntryMajor;
     c.multi(2).ring(7).dtypes(I16, F16);
     add(c);
+    c.layout = kReplayPadded | kReplayEntryMajor;
+    c.dtypes(I8, BF16);
+    add8(c);
+    c.single().dtypes(E4M3, F16).sr(0x1a);
+    c.speculative = false;
+    add8(c);
     c = ReplayCase();
     c.tag = "layout_mamba1";
     c.mamba1_layer(32, 16).varlen(2).ring(5).run(14).dtypes(F16, F32);
@@ -269,6 +338,11 @@ std::vector<ReplayCase> replay_case_table() {
     c.varlen(8).ring(16).run(12).dtypes(I16, BF16);
     c.speculative = false;
     add(c);
+    c.dtypes(I8, BF16);
+    add8(c);
+    c.multi(4).ring(7).run(14).dtypes(E4M3, F32);
+    c.speculative = true;
+    add8(c);
   }
 
   // Optional inputs absent, no softplus, steps beyond softplus' threshold.
@@ -370,6 +444,38 @@ std::vector<ReplayCase> replay_case_table() {
     c.speculative = true;
     add(c);
   }
+  // 8-bit checkpoints (SPEC section 8): the same round trips; with L = 1
+  // every step stores what the plain update stores (codes and scales).
+  for (ssu_dtype_t st : {I8, E4M3}) {
+    ReplayCase c;
+    c.tag = "round_trip_8bit";
+    c.dtypes(st, st == I8 ? F32 : BF16).shape(2, 1, 16, 16);
+    c.round_trip = true;
+    c.pad = Pad::Negative;
+    c.single().ring(1).run(12);
+    add8(c);
+    c.single().ring(2).run(16);
+    c.index = I64;
+    add8(c);
+    c.single().ring(7).run(24);
+    add8(c);
+    c.multi(4).ring(16).run(20);
+    c.speculative = true;
+    add8(c);
+  }
+  {
+    ReplayCase c;
+    c.tag = "round_trip_stochastic";
+    c.dtypes(E4M3, BF16).shape(2, 1, 16, 16).sr(0xabcdef8);
+    c.round_trip = true;
+    c.pad = Pad::Negative;
+    c.single().ring(1).run(12);
+    add8(c);
+    c.dtypes(E4M3, F16).sr(0x12345678, 5);
+    c.multi(4).ring(7).run(16);
+    c.speculative = true;
+    add8(c);
+  }
   // Every checkpoint store against the plain update over the same tokens
   // from the same checkpoint: the same bits in every format (RN, SR, int16).
   {
@@ -395,6 +501,23 @@ std::vector<ReplayCase> replay_case_table() {
       add(c);
       ++i;
     }
+    const F fs8[] = {{I8, BF16, false}, {E4M3, F32, false}, {E4M3, BF16, true},
+                     {I8, F16, false},  {E4M3, F16, false}, {E4M3, F32, true}};
+    for (int j = 0; j < 6; ++j) {
+      const F& f = fs8[j];
+      ReplayCase c;
+      c.tag = "flush_exact";
+      c.dtypes(f.state, f.input).shape(2, 1, 32, 16);
+      if (f.sr) c.sr(0x8b1d + uint64_t(j), j % 2 ? 0 : 3);
+      c.flush_exact = true;
+      c.pad = Pad::Negative;
+      if (j % 3 == 0) c.single().ring(7).run(24);
+      if (j % 3 == 1) c.multi(4).ring(16).run(20);
+      if (j % 3 == 2) c.varlen(4).ring(8).run(18);
+      c.speculative = j % 3 != 0;
+      c.index = j % 2 ? I64 : I32;
+      add8(c);
+    }
     // Groups of four heads with dstate 128 and 20 rows: on the GPU the
     // warp-per-head kernels' shared group, their f32 copies of the committed
     // B entries (flush) and of C (2 and 4 tokens), full 16-element lane rows
@@ -413,6 +536,20 @@ std::vector<ReplayCase> replay_case_table() {
       add(c);
       ++i;
     }
+    const F gs8[] = {{I8, BF16, false}, {E4M3, F16, true}};
+    for (int j = 0; j < 2; ++j) {
+      const F& f = gs8[j];
+      ReplayCase c;
+      c.tag = "flush_exact_groups";
+      c.dtypes(f.state, f.input).shape(8, 2, 20, 128);
+      if (f.sr) c.sr(0x8a3 + uint64_t(j), 0);
+      c.flush_exact = true;
+      c.pad = Pad::PadSlotId;
+      if (j == 0) c.single().ring(16).run(40);
+      else c.multi(4).ring(16).run(18);
+      c.speculative = j != 0;
+      add8(c);
+    }
     ReplayCase c;
     c.tag = "flush_exact_mamba1";
     c.mamba1_layer(64, 16).single().ring(2).run(12).dtypes(I16, F32);
@@ -422,6 +559,15 @@ std::vector<ReplayCase> replay_case_table() {
     c.multi(2).ring(5).dtypes(BF16, BF16).sr(77);
     c.speculative = true;
     add(c);
+    c = ReplayCase();
+    c.tag = "flush_exact_mamba1";
+    c.mamba1_layer(64, 16).single().ring(2).run(12).dtypes(I8, F32);
+    c.flush_exact = true;
+    add8(c);
+    c.mamba1_dt_per_head = true;
+    c.multi(2).ring(5).dtypes(E4M3, BF16).sr(78);
+    c.speculative = true;
+    add8(c);
   }
   return v;
 }
@@ -433,7 +579,8 @@ std::vector<ReplayCase> replay_long_case_table() {
     c.seed = seed++;
     v.push_back(c);
   };
-  const ssu_dtype_t sts[] = {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16};
+  const ssu_dtype_t sts[] = {SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16,
+                             SSU_DTYPE_I16, SSU_DTYPE_I8,   SSU_DTYPE_F8E4M3};
   for (ssu_dtype_t st : sts)
     for (int64_t L : {16, 32}) {
       ReplayCase c;
@@ -443,7 +590,7 @@ std::vector<ReplayCase> replay_long_case_table() {
       c.batch = 64;
       c.spare_active = 16;
       c.pad = Pad::Negative;
-      if (st == SSU_DTYPE_BF16) c.sr(0x77);
+      if (st == SSU_DTYPE_BF16 || st == SSU_DTYPE_F8E4M3) c.sr(0x77);
       add(c);
       ReplayCase s = c;
       s.tag = "long_speculative";

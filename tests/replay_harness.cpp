@@ -21,6 +21,7 @@ size_t esize(ssu_dtype_t d) {
   switch (d) {
     case SSU_DTYPE_F32: case SSU_DTYPE_I32: return 4;
     case SSU_DTYPE_F16: case SSU_DTYPE_BF16: case SSU_DTYPE_I16: return 2;
+    case SSU_DTYPE_I8: case SSU_DTYPE_F8E4M3: return 1;
     case SSU_DTYPE_I64: return 8;
     default: return 0;
   }
@@ -32,6 +33,8 @@ const char* dname(ssu_dtype_t d) {
     case SSU_DTYPE_F16: return "f16";
     case SSU_DTYPE_BF16: return "bf16";
     case SSU_DTYPE_I16: return "i16";
+    case SSU_DTYPE_I8: return "i8";
+    case SSU_DTYPE_F8E4M3: return "f8e4m3";
     case SSU_DTYPE_I32: return "i32";
     case SSU_DTYPE_I64: return "i64";
     default: return "none";
@@ -229,7 +232,9 @@ struct ReplayProblem::Impl {
   int64_t S = 0, Bt = 0, T = 1, H = 0, P = 0, N = 0, G = 0, L = 0;
   int64_t HP = 0, HPN = 0, GN = 0, rows_cap = 0, kcap = 0, prows_cap = 0, pent_cap = 0;
   bool single = true, multi = false, varlen = false, has_src = true, pad_on = false;
-  bool dt_pc = false, ring_pc = false, i16 = false;
+  bool dt_pc = false, ring_pc = false;
+  bool scaled = false;  // i16, i8 or f8e4m3: codes and a scale pool
+  bool q8 = false;      // i8 or f8e4m3
   ssu_dtype_t acc_dtype = SSU_DTYPE_I32, seqlen_dtype = SSU_DTYPE_I32, plain_index = SSU_DTYPE_I32;
   int64_t pad_slot_id = -1;
   std::vector<int64_t> active, never_used;
@@ -434,9 +439,11 @@ void ReplayProblem::Impl::build() {
   GN = G * N;
   if (Bt < 1 || T < 1 || L < 1 || T > L || H < 1 || G < 1 || P < 1 || N < 1 || H % G)
     throw std::logic_error("ReplayProblem: bad sizes in " + describe(c));
-  i16 = c.state == SSU_DTYPE_I16;
-  if (c.stochastic && c.state != SSU_DTYPE_F16 && c.state != SSU_DTYPE_BF16)
-    throw std::logic_error("ReplayProblem: stochastic rounding needs a 16-bit float state");
+  scaled = is_scaled_dtype(c.state);
+  q8 = c.state == SSU_DTYPE_I8 || c.state == SSU_DTYPE_F8E4M3;
+  if (c.stochastic && c.state != SSU_DTYPE_F16 && c.state != SSU_DTYPE_BF16 &&
+      c.state != SSU_DTYPE_F8E4M3)
+    throw std::logic_error("ReplayProblem: stochastic rounding needs an f16, bf16 or f8e4m3 state");
   if ((c.round_trip || c.flush_exact) && c.warm_start)
     throw std::logic_error("ReplayProblem: a round trip starts from fresh slots");
   if (c.round_trip && c.flush_exact)
@@ -497,7 +504,7 @@ void ReplayProblem::Impl::build() {
     if (c.has_dt_bias) dt_bias = make("dt_bias", c.param, {H}, {}, istep, {});
   }
   state = make("state", c.state, {S, H, P, N}, {}, 1, {0, pv(64), 0, 0});
-  if (i16) scale = make("state_scale", SSU_DTYPE_F32, {S, H, P}, {}, 1, {0, pv(16), 0});
+  if (scaled) scale = make("state_scale", SSU_DTYPE_F32, {S, H, P}, {}, 1, {0, pv(16), 0});
   const std::vector<int> ring_order4 = emaj ? std::vector<int>{1, 0, 2, 3} : std::vector<int>{};
   const std::vector<int> ring_order3 = emaj ? std::vector<int>{1, 0, 2} : std::vector<int>{};
   // Padded: the head (group) stride, the entry stride and the slot stride
@@ -520,7 +527,7 @@ void ReplayProblem::Impl::build() {
   if (c.speculative) facc = make("flush_accepted", acc_dtype, {kcap}, {}, istep, {});
   if (c.round_trip || c.flush_exact) {
     pstate = make("plain_state", c.state, {S, H, P, N}, {}, 1, {0, pv(64), 0, 0});
-    if (i16) pscale = make("plain_state_scale", SSU_DTYPE_F32, {S, H, P}, {}, 1, {0, pv(16), 0});
+    if (scaled) pscale = make("plain_state_scale", SSU_DTYPE_F32, {S, H, P}, {}, 1, {0, pv(16), 0});
     pent_cap = std::max(Bt, kcap);
     prows_cap = pent_cap * (c.flush_exact ? L : T);
     pout = make("plain_out", c.input, {std::max(prows_cap, rows_cap), H, P}, {}, 1, {});
@@ -586,13 +593,24 @@ void ReplayProblem::Impl::build() {
     for (int64_t h = 0; h < H; ++h)
       for (int64_t p = 0; p < P; ++p) {
         double* v = &init[size_t(((s * H + h) * P + p) * N)];
-        if (i16) {
+        if (c.state == SSU_DTYPE_I16) {
           const bool zero = rng.chance(0.05);
           for (auto& f : row) f = zero ? 0.0f : float(rng.normal());
           const QuantizedRow q = ref_quantize_row(row.data(), N);
           for (int64_t n = 0; n < N; ++n) {
             setv(state, {s, h, p, n}, double(q.q[size_t(n)]));
             v[n] = double(ref_dequantize(q.q[size_t(n)], q.scale));
+          }
+          setv(scale, {s, h, p}, double(q.scale));
+        } else if (q8) {  // the same rows in i8 / f8e4m3 (now and then all zero)
+          const bool zero = rng.chance(0.05);
+          for (auto& f : row) f = zero ? 0.0f : float(rng.normal());
+          const QuantizedRow8 q = ref_quantize_row8(row.data(), N, c.state);
+          for (int64_t n = 0; n < N; ++n) {
+            const uint8_t code = q.q[size_t(n)];
+            setv(state, {s, h, p, n},
+                 c.state == SSU_DTYPE_I8 ? double(int8_t(code)) : double(code));
+            v[n] = double(ref_dequantize8(code, c.state, q.scale));
           }
           setv(scale, {s, h, p}, double(q.scale));
         } else {
@@ -605,7 +623,7 @@ void ReplayProblem::Impl::build() {
   if (c.round_trip || c.flush_exact) {
     Buf& ps = buf(pstate);
     ps.image = buf(state).image;
-    if (i16) buf(pscale).image = buf(scale).image;
+    if (scaled) buf(pscale).image = buf(scale).image;
     traj = init;
     pending_tokens.assign(size_t(S), {});
     fold_tokens.assign(size_t(S), {});
@@ -1004,7 +1022,7 @@ static std::vector<double> check_checkpoint(ReplayProblem::Impl& m, Check& ck, i
                       n < 0 ? "scale" : ("n=" + std::to_string(n)).c_str());
         return std::string(b);
       };
-      if (!m.i16) {
+      if (!m.scaled) {
         for (int64_t n = 0; n < m.N; ++n) {
           const int64_t idx[4] = {s, h, p, n};
           ck.close(m.state, idx, want[base + size_t(n)], tol, [&] { return where(n); });
@@ -1013,8 +1031,39 @@ static std::vector<double> check_checkpoint(ReplayProblem::Impl& m, Check& ck, i
         continue;
       }
       for (int64_t n = 0; n < m.N; ++n) fr[size_t(n)] = float(want[base + size_t(n)]);
-      const QuantizedRow q = ref_quantize_row(fr.data(), m.N);
       const int64_t sidx[3] = {s, h, p};
+      if (m.q8) {
+        // SPEC section 8: the scale within 1e-3 of max|row| / QMAX; an int8
+        // element within two decode scales of the float64 value, an E4M3
+        // element within 2^-3 of it (relative: one E4M3 step, what
+        // stochastic rounding may move it) plus two subnormal steps.
+        const bool fp8 = m.c.state == SSU_DTYPE_F8E4M3;
+        const double qmax = ref_qmax(m.c.state);
+        const QuantizedRow8 q = ref_quantize_row8(fr.data(), m.N, m.c.state);
+        const double gs = ck.value(m.scale, sidx);
+        if (!(std::fabs(gs - q.scale) <= 1e-3 * q.scale + 1e-4 / qmax))
+          ck.rep.fail(where(-1) + " stored " + fmt(gs) + ", expected about " + fmt(q.scale) +
+                      " (max|row| / " + fmt(qmax) + ")");
+        for (int64_t n = 0; n < m.N; ++n) {
+          const int64_t idx[4] = {s, h, p, n};
+          const uint8_t code = uint8_t(int64_t(ck.value(m.state, idx)));
+          const double ref = want[base + size_t(n)];
+          const double g = double(ref_dequantize8(code, m.c.state, float(gs)));
+          const double lim = fp8 ? 0.125 * std::fabs(ref) + 1e-4 * std::fabs(ref) +
+                                       2.0 * std::ldexp(double(q.scale), -9)
+                                 : 2.0 * double(q.scale) + 1e-4 * std::fabs(ref);
+          const bool bad_code = fp8 ? (code & 0x7f) == 0x7f : code == 0x80;
+          if (bad_code || !(std::fabs(g - ref) <= lim)) {
+            char b[200];
+            std::snprintf(b, sizeof b, " code 0x%02x * scale %.9g = %.9g, ref %.9g > tol %.9g",
+                          code, gs, g, ref, lim);
+            ck.rep.fail(where(n) + b);
+          }
+          stored[base + size_t(n)] = g;
+        }
+        continue;
+      }
+      const QuantizedRow q = ref_quantize_row(fr.data(), m.N);
       const double gs = ck.value(m.scale, sidx);
       if (!(std::fabs(gs - q.scale) <= 1e-3 * q.scale + 1e-4 / 32767.0))
         ck.rep.fail(where(-1) + " stored " + fmt(gs) + ", expected about " + fmt(q.scale) +
@@ -1347,7 +1396,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
                        bits_hex(b, esize(c.state)) + " (after " +
                        std::to_string(r.second.size()) + " tokens)");
           }
-          if (m.i16) {
+          if (m.scaled) {
             ++rep.checked;
             const uint8_t* a = m.ptr(m.scale, {s, h, p});
             const uint8_t* b = m.ptr(m.pscale, {s, h, p});
@@ -1731,7 +1780,7 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
         }
       };
       compare_bytes(rs, ps);
-      if (m.i16) compare_bytes(m.buf(m.scale), m.buf(m.pscale));
+      if (m.scaled) compare_bytes(m.buf(m.scale), m.buf(m.pscale));
     }
     const Tol tol = state_tol(c.state);
     double se_r = 0.0, se_p = 0.0;
@@ -1741,16 +1790,19 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
       for (int64_t h = 0; h < m.H; ++h)
         for (int64_t p = 0; p < m.P; ++p) {
           double rscale = 1.0, pscale = 1.0;
-          if (m.i16) {
+          if (m.scaled) {
             rscale = load_element(m.ptr(m.scale, {s, h, p}), SSU_DTYPE_F32, 0);
             pscale = load_element(m.ptr(m.pscale, {s, h, p}), SSU_DTYPE_F32, 0);
           }
           for (int64_t n = 0; n < m.N; ++n) {
             double rv = load_element(m.ptr(m.state, {s, h, p, n}), c.state, 0);
             double pv = load_element(m.ptr(m.pstate, {s, h, p, n}), c.state, 0);
-            if (m.i16) {
+            if (c.state == SSU_DTYPE_I16) {
               rv = double(ref_dequantize(int16_t(rv), float(rscale)));
               pv = double(ref_dequantize(int16_t(pv), float(pscale)));
+            } else if (m.q8) {
+              rv = double(ref_dequantize8(uint8_t(int64_t(rv)), c.state, float(rscale)));
+              pv = double(ref_dequantize8(uint8_t(int64_t(pv)), c.state, float(pscale)));
             }
             const double tv = m.traj[size_t(((s * m.H + h) * m.P + p) * m.N + n)];
             se_r += (rv - tv) * (rv - tv);
@@ -1763,9 +1815,18 @@ ReplayResult ReplayProblem::run(ssu_context_t ctx, const ReplayOptions& o) {
             // from float64 by more than one section 6 bound over a loop, so
             // the two are compared as two values each within its section 6
             // bound of a common one (f32 pools are bit-identical above).
-            const double lim =
-                m.i16 ? 2.0 * pscale + 2.0 * rscale + 1e-4 * std::fabs(pv)
-                      : 2.0 * tol.atol + tol.rtol * (std::fabs(pv) + std::fabs(rv));
+            // Block-scaled pools, per row: two decode scales each (int16,
+            // int8); for f8e4m3, SPEC section 8's 2^-3 relative to the
+            // row's largest value (QMAX decode scales) each. An element's
+            // own relative bound holds for one store only: in a loop of
+            // stores the error of an earlier, larger value stays behind
+            // when the value decays, so the plain update's pool can be far
+            // from float64 relative to a small element.
+            double lim = 2.0 * tol.atol + tol.rtol * (std::fabs(pv) + std::fabs(rv));
+            if (c.state == SSU_DTYPE_I16 || c.state == SSU_DTYPE_I8)
+              lim = 2.0 * pscale + 2.0 * rscale + 1e-4 * std::fabs(pv);
+            else if (c.state == SSU_DTYPE_F8E4M3)
+              lim = 0.125 * 448.0 * (pscale + rscale) + 1e-4 * std::fabs(pv);
             if (!(std::fabs(rv - pv) <= lim)) {
               std::snprintf(w, sizeof w,
                             "state[slot=%lld h=%lld p=%lld n=%lld]: replay %.9g, plain update "

@@ -51,7 +51,7 @@ struct ReplayCase {
   int64_t H = 2, G = 1, P = 32, N = 16;
   int64_t batch = 3;
 
-  ssu_dtype_t state = SSU_DTYPE_F32;  // f32, bf16, f16, i16 (with a scale pool)
+  ssu_dtype_t state = SSU_DTYPE_F32;  // f32, bf16, f16; i16, i8, f8e4m3 (with a scale pool)
   ssu_dtype_t input = SSU_DTYPE_F32;  // x, B, C, z, out and the x / B rings
   ssu_dtype_t param = SSU_DTYPE_F32;  // dt, A, D, dt_bias
   ssu_dtype_t index = SSU_DTYPE_I32;  // src_index and cu_seqlens; INVALID: no src_index
@@ -73,7 +73,7 @@ struct ReplayCase {
   int extra_slots = 3;         // pool slots never used
   int spare_active = 1;        // slots in use beyond the batch (not served every step)
 
-  bool stochastic = false;     // stochastic rounding of f16 / bf16 checkpoint stores
+  bool stochastic = false;     // stochastic rounding of f16 / bf16 / f8e4m3 checkpoint stores
   uint64_t rounding_seed = 0;
   uint32_t rounding_rounds = 0;
 

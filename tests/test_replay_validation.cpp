@@ -39,7 +39,7 @@ struct CpuContext {
 // H = 4, G = 2, P = 32, N = 16, Bt = 3 everywhere (the mutations rely on it).
 const int64_t H = 4, G = 2, P = 32, N = 16, Bt = 3;
 
-enum Base { kSingle, kMulti, kVarlen, kMamba1, kI16, kSR };
+enum Base { kSingle, kMulti, kVarlen, kMamba1, kI16, kSR, kI8, kF8, kF8SR };
 
 ReplayCase base_case(Base b) {
   ReplayCase c;
@@ -83,6 +83,23 @@ ReplayCase base_case(Base b) {
       c.multi(2);
       c.dtypes(SSU_DTYPE_BF16, SSU_DTYPE_BF16, SSU_DTYPE_F32);
       c.sr(0x5eed, 7);
+      break;
+    case kI8:
+      c.tag = "validation_i8";
+      c.single();
+      c.state = SSU_DTYPE_I8;
+      break;
+    case kF8:  // e4m3 checkpoints rounded to nearest, speculative
+      c.tag = "validation_f8e4m3";
+      c.multi(2);
+      c.speculative = true;
+      c.dtypes(SSU_DTYPE_F8E4M3, SSU_DTYPE_F16, SSU_DTYPE_F32);
+      break;
+    case kF8SR:  // e4m3 checkpoints rounded stochastically with 5 rounds
+      c.tag = "validation_f8e4m3_sr";
+      c.varlen(4);
+      c.dtypes(SSU_DTYPE_F8E4M3, SSU_DTYPE_BF16, SSU_DTYPE_F32);
+      c.sr(0xf8, 5);
       break;
   }
   return c;
@@ -309,11 +326,29 @@ std::vector<BadInput> bad_inputs() {
       {"B", "state"});
   add("i16 state_scale data NULL", kI16, [](A&, Pl& p, R&) { p.state_scale.data = nullptr; },
       {SSU_ERROR_NULL_POINTER}, {"state_scale"});
-  // 8-bit states serve the plain update only so far.
-  add("state i8", kI16, [](A&, Pl& p, R&) { p.state.dtype = SSU_DTYPE_I8; },
-      {SSU_ERROR_NOT_SUPPORTED}, {"state", "i8"});
-  add("state f8e4m3", kI16, [](A&, Pl& p, R&) { p.state.dtype = SSU_DTYPE_F8E4M3; },
-      {SSU_ERROR_NOT_SUPPORTED}, {"state", "f8e4m3"});
+  // 8-bit checkpoints: the scale pool exactly as for i16 (SPEC section 8).
+  add("i8 state_scale data NULL", kI8, [](A&, Pl& p, R&) { p.state_scale.data = nullptr; },
+      {SSU_ERROR_NULL_POINTER}, {"state_scale"});
+  add("f8e4m3 state_scale data NULL", kF8, [](A&, Pl& p, R&) { p.state_scale.data = nullptr; },
+      {SSU_ERROR_NULL_POINTER}, {"state_scale"});
+  add("f8e4m3 (stochastic) state_scale absent", kF8SR,
+      [](A&, Pl& p, R&) { std::memset(&p.state_scale, 0, sizeof p.state_scale); },
+      {SSU_ERROR_NULL_POINTER}, {"state_scale"});
+  add("i8 state_scale dtype f16", kI8, [](A&, Pl& p, R&) { p.state_scale.dtype = SSU_DTYPE_F16; },
+      {SSU_ERROR_BAD_DTYPE}, {"state_scale"});
+  add("f8e4m3 state_scale dtype f8e4m3", kF8,
+      [](A&, Pl& p, R&) { p.state_scale.dtype = SSU_DTYPE_F8E4M3; }, {SSU_ERROR_BAD_DTYPE},
+      {"state_scale"});
+  add("i8 state_scale slots S+1", kI8, [](A&, Pl& p, R&) { p.state_scale.shape[0] += 1; },
+      {SSU_ERROR_BAD_SHAPE}, {"state_scale"});
+  add("f8e4m3 state_scale heads H-1", kF8, [](A&, Pl& p, R&) { p.state_scale.shape[1] -= 1; },
+      {SSU_ERROR_BAD_SHAPE}, {"state_scale"});
+  add("f8e4m3 (stochastic) state_scale dim P+1", kF8SR,
+      [](A&, Pl& p, R&) { p.state_scale.shape[2] += 1; }, {SSU_ERROR_BAD_SHAPE}, {"state_scale"});
+  add("i8 state_scale ndim 4", kI8, [](A&, Pl& p, R&) { set_rank(p.state_scale, 4); },
+      {SSU_ERROR_BAD_RANK}, {"state_scale"});
+  add("f8e4m3 state_scale dim stride 2", kF8, [](A&, Pl& p, R&) { p.state_scale.strides[2] = 2; },
+      {SSU_ERROR_BAD_STRIDE}, {"state_scale"});
   add("state_scale with an f32 state", kSingle,
       [](A&, Pl& p, R&) { p.state_scale = spare_tensor(SSU_DTYPE_F32, {p.state.shape[0], H, P}); },
       {SSU_ERROR_INCOMPATIBLE_OPTIONS, SSU_ERROR_INVALID_ARGUMENT}, {"state_scale"});
@@ -322,6 +357,13 @@ std::vector<BadInput> bad_inputs() {
       {SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"rounding_seed"});
   add("rounding_seed with an i16 state", kI16, [](A& a, Pl&, R&) { a.rounding_seed = &seed_value; },
       {SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"rounding_seed"});
+  // int8 codes always round to nearest (the plain update's rule).
+  add("rounding_seed with an i8 state", kI8, [](A& a, Pl&, R&) { a.rounding_seed = &seed_value; },
+      {SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"rounding_seed"});
+  add("rounding_seed and rounds with an i8 state", kI8, [](A& a, Pl&, R&) {
+        a.rounding_seed = &seed_value;
+        a.rounding_rounds = 7;
+      }, {SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"rounding_seed"});
   add("rounding_rounds 33", kSR, [](A& a, Pl&, R&) { a.rounding_rounds = 33; },
       {SSU_ERROR_INVALID_ARGUMENT}, {"rounding_rounds"});
   add("rounding_rounds without a seed", kMulti, [](A& a, Pl&, R&) { a.rounding_rounds = 10; },
@@ -440,6 +482,10 @@ TEST_CASE("validation: replay execute arguments that do not fit the plan") {
       {"multi form", kVarlen, [](ReplayCase& x) { x.multi(4); }},
       {"stochastic rounding absent", kSR, [](ReplayCase& x) { x.stochastic = false; }},
       {"stochastic rounding rounds", kSR, [](ReplayCase& x) { x.rounding_rounds = 5; }},
+      {"state dtype f8e4m3 (plan i8)", kI8, [](ReplayCase& x) { x.state = SSU_DTYPE_F8E4M3; }},
+      {"state dtype i16 (plan f8e4m3)", kF8, [](ReplayCase& x) { x.state = SSU_DTYPE_I16; }},
+      {"stochastic rounding absent (f8e4m3)", kF8SR, [](ReplayCase& x) { x.stochastic = false; }},
+      {"stochastic rounding present (f8e4m3)", kF8, [](ReplayCase& x) { x.sr(3); }},
       {"z absent", kSingle, [](ReplayCase& x) { x.has_z = false; }},
       {"D absent", kMulti, [](ReplayCase& x) { x.has_D = false; }},
       {"softplus flag", kSingle, [](ReplayCase& x) { x.softplus = false; }},
@@ -478,7 +524,7 @@ TEST_CASE("validation: replay execute arguments that do not fit the plan") {
 TEST_CASE("validation: a replay plan serves other batch sizes, pools and ring layouts") {
   CpuContext c;
   HostMemory mem;
-  for (Base base : {kSingle, kMulti, kVarlen, kMamba1, kI16, kSR}) {
+  for (Base base : {kSingle, kMulti, kVarlen, kMamba1, kI16, kSR, kI8, kF8, kF8SR}) {
     const ReplayCase pc = base_case(base);
     ReplayCase oc = pc;
     oc.batch = 6;
@@ -562,6 +608,34 @@ TEST_CASE("validation: every bad flush input is refused, nothing written") {
       {"state_scale with an f32 state", kSingle,
        [](F&, Pl& p, R&) { p.state_scale = spare_tensor(SSU_DTYPE_F32, {p.state.shape[0], H, P}); },
        {SSU_ERROR_INCOMPATIBLE_OPTIONS}, {"pool.state_scale", "state_scale"}},
+      {"i8 state_scale NULL", kI8, [](F&, Pl& p, R&) { p.state_scale.data = nullptr; },
+       {SSU_ERROR_NULL_POINTER}, {"pool.state_scale"}},
+      {"f8e4m3 state_scale NULL", kF8SR, [](F&, Pl& p, R&) { p.state_scale.data = nullptr; },
+       {SSU_ERROR_NULL_POINTER}, {"pool.state_scale"}},
+      {"i8 state_scale dtype f32 -> i32", kI8,
+       [](F&, Pl& p, R&) { p.state_scale.dtype = SSU_DTYPE_I32; }, {SSU_ERROR_BAD_DTYPE},
+       {"pool.state_scale"}},
+      {"f8e4m3 state_scale dtype bf16", kF8,
+       [](F&, Pl& p, R&) { p.state_scale.dtype = SSU_DTYPE_BF16; }, {SSU_ERROR_BAD_DTYPE},
+       {"pool.state_scale"}},
+      {"i8 state_scale heads H+1", kI8, [](F&, Pl& p, R&) { p.state_scale.shape[1] += 1; },
+       {SSU_ERROR_BAD_SHAPE}, {"pool.state_scale"}},
+      {"f8e4m3 state_scale slots S-1", kF8, [](F&, Pl& p, R&) { p.state_scale.shape[0] -= 1; },
+       {SSU_ERROR_BAD_SHAPE}, {"pool.state_scale"}},
+      {"f8e4m3 state_scale ndim 2", kF8SR, [](F&, Pl& p, R&) { set_rank(p.state_scale, 2); },
+       {SSU_ERROR_BAD_RANK}, {"pool.state_scale"}},
+      {"i8 state_scale head stride P+1", kI8,
+       [](F&, Pl& p, R&) { p.state_scale.strides[1] = P + 1; }, {SSU_ERROR_BAD_STRIDE},
+       {"pool.state_scale"}},
+      {"pool state dtype i8 (plan f8e4m3)", kF8, [](F&, Pl& p, R&) { p.state.dtype = SSU_DTYPE_I8; },
+       {SSU_ERROR_DTYPE_MISMATCH, SSU_ERROR_PLAN_MISMATCH}, {"pool.state"}},
+      {"rounding_seed given (i8 plan)", kI8,
+       [](F& a, Pl&, R&) { a.rounding_seed = &seed_value; }, {SSU_ERROR_PLAN_MISMATCH},
+       {"rounding_seed"}},
+      {"rounding_seed missing (f8e4m3 SR plan)", kF8SR, [](F& a, Pl&, R&) {
+         a.rounding_seed = nullptr;
+         a.rounding_rounds = 0;
+       }, {SSU_ERROR_PLAN_MISMATCH}, {"rounding_seed"}},
       // A
       {"A NULL", kSingle, [](F& a, Pl&, R&) { a.A.data = nullptr; }, {SSU_ERROR_NULL_POINTER},
        {"A"}},

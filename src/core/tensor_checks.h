@@ -21,7 +21,6 @@ inline bool is_float(ssu_dtype_t d) {
 inline bool is_scaled_state(ssu_dtype_t d) {
   return d == SSU_DTYPE_I16 || d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3;
 }
-inline bool is_8bit_state(ssu_dtype_t d) { return d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3; }
 inline bool is_index(ssu_dtype_t d) { return d == SSU_DTYPE_I32 || d == SSU_DTYPE_I64; }
 
 inline std::string shape_str(const ssu_tensor_t& t) {

@@ -166,11 +166,10 @@ ssu_replay_params normalize_replay(const ssu_replay_args_t* args_in) {
 
   ssu_replay_params r;
   std::memset(&r, 0, sizeof r);
+  // The checkpoint is the update's pool: its dtype, scale pool and
+  // stochastic rounding (f16, bf16, f8e4m3; refused for i8) are checked
+  // there. Backends without a format's replay kernels refuse it at plan time.
   r.u = normalize_update(&ua);
-  if (is_8bit_state(r.u.state_dtype))
-    fail(SSU_ERROR_NOT_SUPPORTED, "pool.state.dtype=%s but replay checkpoints support f32, bf16, "
-         "f16 and i16 states; 8-bit (i8, f8e4m3) states serve the plain update only so far",
-         ssu_dtype_name(r.u.state_dtype));
   if (r.u.src_stride_t != 0 || (present(a.src_index) && a.src_index.ndim != 1))
     fail(SSU_ERROR_BAD_RANK, "src_index.ndim=%d but a replay step takes one slot per sequence, "
          "(Bt,)", a.src_index.ndim);
@@ -236,9 +235,11 @@ ssu_replay_params normalize_replay_flush(const ssu_replay_flush_args_t* args_in,
          "H*P*N=%" PRId64 "; slots would overlap", st.strides[0], H * P * N);
   if (pool.prev_B.data || pool.prev_x.data || pool.angle_state.data)
     fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "pool holds Mamba-3 pools but a replay flush uses none");
-  if (pu.state_dtype == SSU_DTYPE_I16) {
+  if (is_scaled_state(pu.state_dtype)) {  // i16, i8, f8e4m3: codes and a scale per row
     const ssu_tensor_t& sc = pool.state_scale;
-    require(sc, "pool.state_scale");
+    if (!present(sc))
+      fail(SSU_ERROR_NULL_POINTER, "pool.state_scale.data is NULL but pool.state.dtype=%s needs its "
+           "decode scales, an (S, H, P) f32 pool", ssu_dtype_name(st.dtype));
     check_rank(sc, "pool.state_scale", 3, "(slots, nheads, dim)");
     if (sc.dtype != SSU_DTYPE_F32)
       fail(SSU_ERROR_BAD_DTYPE, "pool.state_scale.dtype=%s but it must be f32",
@@ -256,7 +257,8 @@ ssu_replay_params normalize_replay_flush(const ssu_replay_flush_args_t* args_in,
     u.state_scale_stride_slot = sc.strides[0];
   } else if (present(pool.state_scale)) {
     fail(SSU_ERROR_INCOMPATIBLE_OPTIONS, "pool.state_scale is given but pool.state.dtype=%s; "
-         "decode scales belong to i16 states only", ssu_dtype_name(st.dtype));
+         "decode scales belong to i16, i8 and f8e4m3 (block-scaled) states only",
+         ssu_dtype_name(st.dtype));
   }
   u.state = st.data;
   u.state_stride_slot = st.strides[0];

@@ -13,8 +13,9 @@
 //
 // The fold is the plain update's recurrence with its operation order
 // (dA = exp(A * delta), h = h * dA + B * (delta * x), two roundings), and
-// the stores are the plain update's (ssu_math.h), so a flush stores the bits
-// the update stores after the same tokens. This file is compiled with
+// the stores are the plain update's (ssu_math.h, and ssu_state8.h for the
+// 8-bit formats), so a flush stores the bits the update stores after the
+// same tokens, in every state format. This file is compiled with
 // -ffp-contract=off: no product is fused into an add.
 #include "cpu/replay.h"
 
@@ -27,6 +28,7 @@
 #include "cpu/convert.h"
 #include "cpu/sequence.h"
 #include "ssu_math.h"
+#include "ssu_state8.h"
 
 namespace ssu {
 namespace cpu {
@@ -92,6 +94,45 @@ inline void store_state_row(const float* v, int64_t n, int16_t* dst, float* scal
   for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
   const float enc = ssu_math::int16_encode_factor(amax);
   for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int16_quantize(v[i], enc);
+  *scale = 1.0f / enc;
+}
+
+// 8-bit block-scaled rows (i8, f8e4m3): the plain update's loads and
+// stores (kernel_impl.h) with the same ssu_state8.h encoders in the same
+// order, so that a flush stores the bits the update stores. The row maximum
+// is the int16 format's (NaN wins). Scalar, as the update's are.
+inline float row_amax(const float* v, int64_t n) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
+  return amax;
+}
+inline void load_state_row(const int8_t* src, int64_t n, float* dst, float scale) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+// int8 has no stochastic store (validation refuses a seed with it).
+inline void store_state_row(const float* v, int64_t n, int8_t* dst, float* scale,
+                            const uint32_t*) {
+  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kI8Max);
+  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int8_quantize(v[i], enc);
+  *scale = 1.0f / enc;
+}
+// e4m3_decode is exact, so decoding per element gives the values of the
+// update's decoded-code table.
+inline void load_state_row(const e4m3_t* src, int64_t n, float* dst, float scale) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::e4m3_decode(src[i].bits) * scale;
+}
+inline void store_state_row(const float* v, int64_t n, e4m3_t* dst, float* scale,
+                            const uint32_t* words) {
+  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kE4m3Max);
+  if (ssu_math::e4m3_row_unrepresentable(enc)) {  // a NaN or Inf row: NaN codes
+    for (int64_t i = 0; i < n; ++i) dst[i].bits = ssu_math::kE4m3Nan;
+  } else if (words) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i].bits = ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v[i], enc), words[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i].bits = ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v[i], enc));
+  }
   *scale = 1.0f / enc;
 }
 
@@ -176,7 +217,7 @@ void run_items(const Job& job, int64_t begin, int64_t end) {
   const bool A_pc = f & SSU_F_A_PER_CHANNEL;
   const bool has_D = f & SSU_F_HAS_D, has_z = f & SSU_F_HAS_Z;
   const bool write = !(f & SSU_F_DISABLE_UPDATE);
-  const bool scaled = p.state_dtype == SSU_DTYPE_I16;
+  const bool scaled = is_scaled_state(p.state_dtype);  // i16, i8, f8e4m3
   const bool stochastic = f & SSU_F_STOCHASTIC;
   const bool dt_ring_pc = rp.rflags & SSU_RF_DT_RING_PER_CHANNEL;
   const int64_t head_elems = P * N;
@@ -323,6 +364,8 @@ void run(void* ctx, int64_t begin, int64_t end) {
     case SSU_DTYPE_F32: run_items<float>(job, begin, end); break;
     case SSU_DTYPE_F16: run_items<f16_t>(job, begin, end); break;
     case SSU_DTYPE_I16: run_items<int16_t>(job, begin, end); break;
+    case SSU_DTYPE_I8: run_items<int8_t>(job, begin, end); break;
+    case SSU_DTYPE_F8E4M3: run_items<e4m3_t>(job, begin, end); break;
     default: run_items<bf16_t>(job, begin, end); break;
   }
 }

@@ -357,9 +357,13 @@ class CudaBackend final : public Backend {
       fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %d (%s) cannot run a replay step; use "
            "cuda_replay or auto", requested, algorithm_name(requested));
     const int si = state_dtype_index(p.state_dtype);
-    if (si < 0 || dtype_index(p.input_dtype) < 0)
-      fail(SSU_ERROR_NOT_SUPPORTED, "the CUDA replay kernels support f32, f16, bf16 and i16 states "
-           "and f32, f16, bf16 inputs");
+    if (si < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "pool.state.dtype=%s but the CUDA replay kernels support f32, "
+           "f16, bf16 and i16 checkpoints; 8-bit (i8, f8e4m3) checkpoints run on the CPU backend "
+           "only in this version", ssu_dtype_name(p.state_dtype));
+    if (dtype_index(p.input_dtype) < 0)
+      fail(SSU_ERROR_NOT_SUPPORTED, "x.dtype=%s but the CUDA replay kernels support f32, f16 and "
+           "bf16 inputs", ssu_dtype_name(p.input_dtype));
     const int vec = 16 / dtype_bytes(si);
     if (p.dstate % vec != 0)
       fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%lld but the CUDA replay kernels need a multiple of "
