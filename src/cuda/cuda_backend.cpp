@@ -873,14 +873,19 @@ class CudaBackend final : public Backend {
   // Mamba-1 form with per-channel A and f32 / f16 / bf16 states (the _pc
   // kernels, rounded to nearest; H100, batch 1 of ssu-bench --mamba1: 6.2 us
   // per call on the simple kernels before).
+  // The direct kernel of a state / input dtype, rounding and layout; null
+  // where there is none.
+  CUfunction direct_kernel(int si, int ii, int sr, bool pc) const {
+    if (pc) return si <= 2 ? direct_pc_fn_[si][ii] : nullptr;
+    return direct_fn_[si][ii][sr];
+  }
+
   bool execute_direct(const ssu_update_params& p, int si, int ii, int sr,
                       ssu_stream_t stream) const {
     if (p.ntokens != 1) return false;
     // Per-channel A: the Mamba-1 form (pipe_form, pipe_aligned), in the _pc
     // kernels (f32, f16 and bf16 states).
-    const bool pc = p.features & SSU_F_A_PER_CHANNEL;
-    if (pc && si > 2) return false;
-    const CUfunction fn = pc ? direct_pc_fn_[si][ii] : direct_fn_[si][ii][sr];
+    const CUfunction fn = direct_kernel(si, ii, sr, p.features & SSU_F_A_PER_CHANNEL);
     if (!fn) return false;  // stochastic rounding of an f32 state: none (the plan refuses it)
     const int64_t chunks = p.dstate * dtype_bytes(si) / 16;
     ssu_cuda_direct_launch L;
@@ -969,12 +974,16 @@ class CudaBackend final : public Backend {
     int64_t resident = std::max<int64_t>(
         1, std::min<int64_t>(by_regs, smem_per_sm_ / (pipe_layout(p, rows, &L) + kPipeBlockSmem)));
     // Fewer items than resident blocks: the direct kernels (or the simple
-    // ones) take the call. With 8-bit rows the direct kernels stay faster up
-    // to two items per resident block (H100, default shape, i8 / e4m3 at
-    // batch 8: 17.1 / 19.7 us against 21.4 / 22.2 us here; batch 16: 30.6 /
-    // 35.3 against 33.0 / 34.0).
+    // ones) take the call. With 8-bit rows, and in the Mamba-1 form with N =
+    // 16 and an f32 state, the direct kernels stay faster up to two items per
+    // resident block (H100: i8 / e4m3 at batch 8 of the default shape 17.1 /
+    // 19.7 us against 21.4 / 22.2 us here, batch 16 30.6 / 35.3 against 33.0
+    // / 34.0; Mamba-1 f32 at batch 32 15.3 against 16.3 us, batch 64 27.0
+    // against 22.7). Not with a 16-bit Mamba-1 state: at batch 64 the direct
+    // kernels take 25.5 us, these 17.9.
+    const bool direct_longer = sb == 1 || (pc16 && sb == 4);
     const int64_t min_items_per_block =
-        sb == 1 && direct_mode_ != 0 && direct_fn_[si][ii][sr] ? 2 : 1;
+        direct_longer && direct_mode_ != 0 && direct_kernel(si, ii, sr, pc) ? 2 : 1;
     if (!pinned_pipe_small_ && bh * ((P + rows - 1) / rows) < min_items_per_block * resident * sms_)
       return false;
     for (;;) {
