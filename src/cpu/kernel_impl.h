@@ -19,6 +19,7 @@
 
 #include "cpu/convert.h"
 #include "cpu/sequence.h"
+#include "cpu/state8_rows.h"
 #include "ssu_math.h"
 #include "ssu_state8.h"
 #include "ssu_update_params.h"
@@ -304,57 +305,9 @@ inline void store_state_row(const float* v, int64_t n, int16_t* dst, float* scal
   *scale = 1.0f / enc;
 }
 
-// 8-bit block-scaled rows (ssu_state8.h), scalar: the formats are new and
-// their stores are checked bit for bit against the reference, so both ISA
-// builds run the same plain loops (the compiler may still vectorize them).
-// The row maximum is that of the int16 format (NaN wins).
-inline float row_amax(const float* v, int64_t n) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
-  return amax;
-}
-
-inline void load_state_row(const int8_t* src, int64_t n, float* dst, float scale) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
-}
-inline void store_state_row(const float* v, int64_t n, int8_t* dst, float* scale,
-                            const uint32_t*) {
-  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kI8Max);
-  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int8_quantize(v[i], enc);
-  *scale = 1.0f / enc;
-}
-
-// The value of every E4M3 code, decoded once (a load is then a lookup).
-struct E4m3Table {
-  float v[256];
-  E4m3Table() {
-    for (int c = 0; c < 256; ++c) v[c] = ssu_math::e4m3_decode(static_cast<uint8_t>(c));
-  }
-};
-inline const float* e4m3_values() {
-  static const E4m3Table table;
-  return table.v;
-}
-
-inline void load_state_row(const e4m3_t* src, int64_t n, float* dst, float scale) {
-  const float* values = e4m3_values();
-  for (int64_t i = 0; i < n; ++i) dst[i] = values[src[i].bits] * scale;
-}
-// `words`: the elements' random words when the store rounds stochastically.
-inline void store_state_row(const float* v, int64_t n, e4m3_t* dst, float* scale,
-                            const uint32_t* words) {
-  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kE4m3Max);
-  if (ssu_math::e4m3_row_unrepresentable(enc)) {
-    for (int64_t i = 0; i < n; ++i) dst[i].bits = ssu_math::kE4m3Nan;
-  } else if (words) {
-    for (int64_t i = 0; i < n; ++i)
-      dst[i].bits = ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v[i], enc), words[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i)
-      dst[i].bits = ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v[i], enc));
-  }
-  *scale = 1.0f / enc;
-}
+// 8-bit block-scaled rows: cpu/state8_rows.h (shared with the replay).
+using ssu::cpu::load_state_row;
+using ssu::cpu::store_state_row;
 
 // Philox-4x32 (ssu_math::philox4x32) for eight counters at once: both
 // halves of the 32x32-bit products come from the even/odd widening

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "cpu/convert.h"
 #include "cpu/sequence.h"
+#include "cpu/state8_rows.h"
 #include "ssu_math.h"
 #include "ssu_state8.h"
 
@@ -97,44 +98,8 @@ inline void store_state_row(const float* v, int64_t n, int16_t* dst, float* scal
   *scale = 1.0f / enc;
 }
 
-// 8-bit block-scaled rows (i8, f8e4m3): the plain update's loads and
-// stores (kernel_impl.h) with the same ssu_state8.h encoders in the same
-// order, so that a flush stores the bits the update stores. The row maximum
-// is the int16 format's (NaN wins). Scalar, as the update's are.
-inline float row_amax(const float* v, int64_t n) {
-  float amax = 0.0f;
-  for (int64_t i = 0; i < n; ++i) amax = ssu_math::int16_amax_step(amax, v[i]);
-  return amax;
-}
-inline void load_state_row(const int8_t* src, int64_t n, float* dst, float scale) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
-}
-// int8 has no stochastic store (validation refuses a seed with it).
-inline void store_state_row(const float* v, int64_t n, int8_t* dst, float* scale,
-                            const uint32_t*) {
-  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kI8Max);
-  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::int8_quantize(v[i], enc);
-  *scale = 1.0f / enc;
-}
-// e4m3_decode is exact, so decoding per element gives the values of the
-// update's decoded-code table.
-inline void load_state_row(const e4m3_t* src, int64_t n, float* dst, float scale) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = ssu_math::e4m3_decode(src[i].bits) * scale;
-}
-inline void store_state_row(const float* v, int64_t n, e4m3_t* dst, float* scale,
-                            const uint32_t* words) {
-  const float enc = ssu_math::state8_encode_factor(row_amax(v, n), ssu_math::kE4m3Max);
-  if (ssu_math::e4m3_row_unrepresentable(enc)) {  // a NaN or Inf row: NaN codes
-    for (int64_t i = 0; i < n; ++i) dst[i].bits = ssu_math::kE4m3Nan;
-  } else if (words) {
-    for (int64_t i = 0; i < n; ++i)
-      dst[i].bits = ssu_math::e4m3_encode_sr(ssu_math::e4m3_scaled(v[i], enc), words[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i)
-      dst[i].bits = ssu_math::e4m3_encode_rn(ssu_math::e4m3_scaled(v[i], enc));
-  }
-  *scale = 1.0f / enc;
-}
+// 8-bit block-scaled rows (i8, f8e4m3): cpu/state8_rows.h, the plain
+// update's own loads and stores.
 
 // The stochastic-rounding words of the pool elements [L0, L0 + n): word
 // (L mod 4) of Philox(seed, L - L mod 4).
