@@ -900,18 +900,17 @@ __device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, fl
     // int8 codes, 16 per chunk (on the conversion pipe they would be its
     // limit): code + 128 (the sign bit flipped) as the low byte of 1.5 *
     // 2^23's pattern, one byte permute each, then one subtract gives the
-    // code exactly. The pattern sits in a register so that the permute
-    // takes its selector as an immediate (with the pattern as the
-    // immediate, every permute needs its selector moved into a register).
-    uint32_t magic = 0x4B400000u;
-    asm volatile("" : "+r"(magic));
+    // code exactly. (ptxas gives each permute the pattern as its immediate
+    // and moves the selector into a register: one more instruction per
+    // element, which an empty asm around the pattern does not prevent.)
     const uint32_t wd[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u,
                             u.w ^ 0x80808080u};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        h[4 * k + j] = (__uint_as_float(__byte_perm(wd[k], magic, 0x7650u + j)) - 12583040.0f) * rs;
+        h[4 * k + j] =
+            (__uint_as_float(__byte_perm(wd[k], 0x4B400000u, 0x7650u + j)) - 12583040.0f) * rs;
   } else {
     // e4m3 codes through to_f32's integer and fp32 operations.
     Chunk<ST, VEC> c;
