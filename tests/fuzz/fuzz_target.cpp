@@ -366,6 +366,20 @@ void run_other_problem(Trial& tr, Bytes& in, ssu_context_t ctx, Api<Args> api, c
 }
 
 // ---------------------------------------------------------------------------
+// State formats.
+// ---------------------------------------------------------------------------
+ssu_dtype_t float_dtype(Bytes& in) {
+  return in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16});
+}
+
+// Block-scaled states (i16, i8, f8e4m3): codes plus an f32 decode-scale pool
+// (S, H, P), and, with an intermediate buffer, intermediate_scales. ssu.h
+// requires the scales exactly for these and refuses them otherwise.
+bool block_scaled(ssu_dtype_t state) {
+  return state == SSU_DTYPE_I16 || state == SSU_DTYPE_I8 || state == SSU_DTYPE_F8E4M3;
+}
+
+// ---------------------------------------------------------------------------
 // Descriptor faults, shared by every operation.
 // ---------------------------------------------------------------------------
 enum Role : uint32_t {
@@ -381,7 +395,7 @@ enum Role : uint32_t {
   kI32Only = 1u << 9,
   kDisjointRows = 1u << 10, // axis 0 (and 1 when kRowPairs) must not overlap
   kRowPairs = 1u << 11,     // (I, T) rows of an intermediate buffer
-  kState = 1u << 12,        // the state pool: f32/bf16/f16, or i16 with scales
+  kState = 1u << 12,        // the state pool: f32/bf16/f16, or i16/i8/f8e4m3 with scales
 };
 
 struct Field {
@@ -556,16 +570,28 @@ void descriptor_fault(Bytes& in, Trial& tr, std::vector<Field> fields, bool chec
       if (in.flip()) {
         v = in.pick<ssu_dtype_t>({SSU_DTYPE_INVALID, 7, 99, -1, std::numeric_limits<int32_t>::max()});
       } else if (f.role & kIndex) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I16});
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I16,
+                                  SSU_DTYPE_I8});
       } else if (f.role & kI32Only) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I64, SSU_DTYPE_F32, SSU_DTYPE_I16});
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I64, SSU_DTYPE_F32, SSU_DTYPE_I16, SSU_DTYPE_I8});
       } else if (f.role & kState) {
-        v = t.dtype == SSU_DTYPE_I16 ? SSU_DTYPE_F32 : SSU_DTYPE_I16;  // scales wrong either way
+        // Across the block-scaled line only, so the scales are wrong either
+        // way (given with a float state, missing with a block-scaled one).
+        // Not from one block-scaled format to another: i8 <-> f8e4m3 with
+        // its scales is a valid call (other codes), and to or from i16 the
+        // element size changes under strides the buffer was made for.
+        v = block_scaled(t.dtype) ? float_dtype(in)
+                                  : in.pick<ssu_dtype_t>({SSU_DTYPE_I16, SSU_DTYPE_I8, SSU_DTYPE_F8E4M3});
       } else if (f.role & (kTiedDtype | kF32Only)) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I32});
+        // The block-scaled dtypes too: a scale pool in its codes' dtype, an
+        // input or intermediate buffer in another state format.
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I32,
+                                  SSU_DTYPE_I16, SSU_DTYPE_I8, SSU_DTYPE_F8E4M3});
         if (v == t.dtype) v = SSU_DTYPE_I64;
       } else {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I16});
+        // The 8-bit dtypes are state formats only (ssu.h), never a parameter's.
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I16, SSU_DTYPE_I8,
+                                  SSU_DTYPE_F8E4M3});
       }
       tr.refuse(name + ".dtype = " + std::to_string(v) + " (was " + ssu_dtype_name(t.dtype) + ")");
       t.dtype = v;
@@ -639,10 +665,6 @@ void call_fault(Bytes& in, Trial& tr) {
       tr.keep("ssu_plan_get_info with struct_size " + std::to_string(tr.info_size));
       break;
   }
-}
-
-ssu_dtype_t float_dtype(Bytes& in) {
-  return in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16});
 }
 
 Pad pad_mode(Bytes& in) {
