@@ -379,6 +379,19 @@ bool block_scaled(ssu_dtype_t state) {
   return state == SSU_DTYPE_I16 || state == SSU_DTYPE_I8 || state == SSU_DTYPE_F8E4M3;
 }
 
+// States whose stores ssu.h lets round stochastically (a rounding seed):
+// f16, bf16, f8e4m3. A seed with f32, i16 or i8 is refused.
+bool rounds_stochastically(ssu_dtype_t state) {
+  return state == SSU_DTYPE_F16 || state == SSU_DTYPE_BF16 || state == SSU_DTYPE_F8E4M3;
+}
+
+// A state dtype of the update and replay: every format of ssu.h, the
+// block-scaled ones with their scale pools.
+ssu_dtype_t state_dtype(Bytes& in) {
+  return in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16,
+                               SSU_DTYPE_I8, SSU_DTYPE_F8E4M3});
+}
+
 // ---------------------------------------------------------------------------
 // Descriptor faults, shared by every operation.
 // ---------------------------------------------------------------------------
@@ -701,7 +714,7 @@ UpdateCase decode_update(Bytes& in, Trial& tr) {
   }
   if (c.form != Form::Single)
     c.store = in.pick<Store>({Store::Final, Store::Final, Store::DstPerToken, Store::Intermediate});
-  c.state = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16});
+  c.state = state_dtype(in);
   c.input = float_dtype(in);
   c.params(float_dtype(in), float_dtype(in), float_dtype(in), float_dtype(in));
   c.index = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I32, SSU_DTYPE_I64,
@@ -714,8 +727,11 @@ UpdateCase decode_update(Bytes& in, Trial& tr) {
   // An int16 row of one element has the decode scale |v| / 32767, so SPEC
   // section 6's bound for it (two scales plus 1e-4 |v|) is tighter than the
   // fp32 arithmetic the spec prescribes when v comes from cancellation:
-  // rows of at least two elements only.
-  if (c.state == SSU_DTYPE_I16 && c.N == 1) c.N = 2;
+  // rows of at least two elements only. The 8-bit bounds (two scales of
+  // |v| / 127; 2^-3 |v| plus two subnormal steps of |v| / 448) are wider
+  // but just as relative to the row's own value, so a long run would meet
+  // the same cancellation: every block-scaled format gets N >= 2.
+  if (block_scaled(c.state) && c.N == 1) c.N = 2;
   if (in.percent(3)) {
     c.N = in.pick<int64_t>({257, 300});
     c.P = 1;
@@ -746,19 +762,18 @@ UpdateCase decode_update(Bytes& in, Trial& tr) {
   c.pad = pad_mode(in);
   c.layout = uint32_t(in.below(16));
   c.extra_slots = int(in.below(4));
-  if ((c.state == SSU_DTYPE_F16 || c.state == SSU_DTYPE_BF16) && in.percent(25))
-    c.sr(in.u64(), uint32_t(in.below(33)));
+  if (rounds_stochastically(c.state) && in.percent(25)) c.sr(in.u64(), uint32_t(in.below(33)));
   if (!c.softplus && in.percent(15)) c.exact();
   c.seed = in.u32();
   return c;
 }
 
 // The state pool and its scales (the update and replay).
-std::vector<Field> state_pool_fields(ssu_state_pool_t& pool, bool i16) {
+std::vector<Field> state_pool_fields(ssu_state_pool_t& pool, bool scaled) {
   return {
       {"pool.state", &pool.state, kRequired | kWritten | kDenseInner3 | kFreeAxis0 | kDisjointRows | kState},
       {"pool.state_scale", &pool.state_scale,
-       (i16 ? kRequired : 0u) | kWritten | kDenseInner2 | kFreeAxis0 | kDisjointRows | kF32Only},
+       (scaled ? kRequired : 0u) | kWritten | kDenseInner2 | kFreeAxis0 | kDisjointRows | kF32Only},
   };
 }
 
@@ -785,7 +800,7 @@ std::vector<Field> operator+(std::vector<Field> a, const std::vector<Field>& b) 
 }
 
 std::vector<Field> update_fields(ssu_update_args_t& a, ssu_state_pool_t& pool, const UpdateCase& c) {
-  return state_pool_fields(pool, c.state == SSU_DTYPE_I16) + update_tensor_fields(a) + std::vector<Field>{
+  return state_pool_fields(pool, block_scaled(c.state)) + update_tensor_fields(a) + std::vector<Field>{
       {"src_index", &a.src_index, kIndex | (a.num_accepted_tokens.data ? kRequired : 0u)},
       {"dst_index", &a.dst_index, kIndex},
       {"cu_seqlens", &a.cu_seqlens, kIndex | kFreeAxis0},
@@ -838,12 +853,14 @@ void update_struct_fault(Bytes& in, Trial& tr, ssu_update_args_t& a, ssu_state_p
         tr.refuse("rounding_rounds = " + std::to_string(a.rounding_rounds) + " without a seed");
       } else {
         a.rounding_seed = spare;
-        if ((c.state == SSU_DTYPE_F16 || c.state == SSU_DTYPE_BF16) && !c.exact_values)
-          tr.either("rounding_seed given (stochastic rounding of the stores)");
-        else if (c.exact_values && c.state != SSU_DTYPE_F32 && c.state != SSU_DTYPE_I16)
-          tr.plan_only("rounding_seed given (the harness expects round-to-nearest bits)");
-        else
+        // f16, bf16 and f8e4m3 may round stochastically; f32, i16 and i8
+        // (integer codes always round to nearest) must refuse a seed.
+        if (!rounds_stochastically(c.state))
           tr.refuse(std::string("rounding_seed with a ") + ssu_dtype_name(c.state) + " state");
+        else if (!c.exact_values)
+          tr.either("rounding_seed given (stochastic rounding of the stores)");
+        else
+          tr.plan_only("rounding_seed given (the harness expects round-to-nearest bits)");
       }
       break;
     case 5:
