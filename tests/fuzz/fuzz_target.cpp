@@ -1396,8 +1396,10 @@ ReplayCase decode_replay(Bytes& in) {
   c.P = in.pick<int64_t>({1, 2, 4, 8, 16});
   c.N = in.pick<int64_t>({1, 2, 4, 8, 16});
   c.batch = 1 + in.below(3);
-  c.state = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16});
-  if (c.state == SSU_DTYPE_I16 && c.N == 1) c.N = 2;  // see decode_update
+  // Every state format as a checkpoint: the CPU backend stores i8 and
+  // f8e4m3 ones too (the CUDA backend refuses them in this version).
+  c.state = state_dtype(in);
+  if (block_scaled(c.state) && c.N == 1) c.N = 2;  // see decode_update
   c.input = float_dtype(in);
   c.param = float_dtype(in);
   c.index = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I32, SSU_DTYPE_INVALID});
@@ -1418,8 +1420,7 @@ ReplayCase decode_replay(Bytes& in) {
   c.layout = uint32_t(in.below(4));
   c.extra_slots = int(in.below(3));
   c.spare_active = int(in.below(3));
-  if ((c.state == SSU_DTYPE_F16 || c.state == SSU_DTYPE_BF16) && bit(12))
-    c.sr(in.u64(), uint32_t(in.below(33)));
+  if (rounds_stochastically(c.state) && bit(12)) c.sr(in.u64(), uint32_t(in.below(33)));
   // flush_exact: every checkpoint store bit for bit against the plain
   // update. (Not round_trip: its "RMS error no worse than the plain
   // update's" is a statistical bound, meant for the table's sizes, that a
@@ -1441,8 +1442,8 @@ std::vector<Field> ring_fields(ssu_replay_ring_t& ring) {
 }
 
 std::vector<Field> replay_fields(ssu_replay_args_t& a, ssu_state_pool_t& pool, ssu_replay_ring_t& ring,
-                                 bool i16) {
-  return state_pool_fields(pool, i16) + ring_fields(ring) + update_tensor_fields(a) + std::vector<Field>{
+                                 bool scaled) {
+  return state_pool_fields(pool, scaled) + ring_fields(ring) + update_tensor_fields(a) + std::vector<Field>{
       {"src_index", &a.src_index, kIndex},
       {"cu_seqlens", &a.cu_seqlens, kIndex | kFreeAxis0},
       {"num_accepted", &a.num_accepted, kIndex},
@@ -1450,8 +1451,8 @@ std::vector<Field> replay_fields(ssu_replay_args_t& a, ssu_state_pool_t& pool, s
 }
 
 std::vector<Field> flush_fields(ssu_replay_flush_args_t& a, ssu_state_pool_t& pool,
-                                ssu_replay_ring_t& ring, bool i16) {
-  return state_pool_fields(pool, i16) + ring_fields(ring) + std::vector<Field>{
+                                ssu_replay_ring_t& ring, bool scaled) {
+  return state_pool_fields(pool, scaled) + ring_fields(ring) + std::vector<Field>{
       {"A", &a.A, kRequired},
       {"src_index", &a.src_index, kRequired | kIndex | kFreeAxis0},
       {"num_accepted", &a.num_accepted, kIndex},
@@ -1462,7 +1463,7 @@ std::vector<Field> flush_fields(ssu_replay_flush_args_t& a, ssu_state_pool_t& po
 template <typename Args>
 void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
                          ssu_replay_ring_t& ring, uint32_t known_flags, uint64_t* spare,
-                         bool stochastic) {
+                         bool stochastic, ssu_dtype_t state) {
   switch (in.below(7)) {
     case 0:
       struct_size_fault(in, tr, "args", &a.struct_size, uint32_t(sizeof a), uint32_t(sizeof a), true, false);
@@ -1506,6 +1507,12 @@ void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
       } else if (in.flip()) {
         a.rounding_rounds = 1 + uint32_t(in.below(32));
         tr.refuse("rounding_rounds = " + std::to_string(a.rounding_rounds) + " without a seed");
+      } else if (!rounds_stochastically(state)) {
+        // "As for the update, refused for i8" (ssu.h), and for f32 and i16:
+        // no plan of these states rounds stochastically, so the flush op,
+        // which takes a seed exactly when its plan does, refuses it too.
+        a.rounding_seed = spare;
+        tr.refuse(std::string("rounding_seed with a ") + ssu_dtype_name(state) + " checkpoint");
       } else {
         a.rounding_seed = spare;
         tr.either("rounding_seed given");
@@ -1526,7 +1533,8 @@ void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
       if (in.flip()) {
         pool.state_scale = pool.state_scale.data ? ssu_tensor_t{} : pool.state;
         tr.refuse(pool.state_scale.data ? "state_scale given with a float state"
-                                        : "state_scale dropped from an i16 state");
+                                        : std::string("state_scale dropped from a block-scaled (") +
+                                              ssu_dtype_name(state) + ") state");
       } else {
         a.error_word = reinterpret_cast<uint32_t*>(spare);
         tr.keep("error_word given (the CPU backend ignores it)");
@@ -1578,17 +1586,17 @@ void fuzz_replay(Bytes& in, Trial& tr, ssu_context_t ctx, bool flush) {
                    throw std::logic_error("a replay call outside the harness's loop succeeded");
                  },
                  [&] { return p.check_unchanged(); }};
-  const bool i16 = c.state == SSU_DTYPE_I16;
+  const bool scaled = block_scaled(c.state);
   const ssu_replay_args_t good = p.args();
   if (!flush) {
     ssu_replay_args_t bad = good;
     bad.pool = &pool;
     bad.ring = &ring;
     tr.at_execute = in.percent(30);
-    if (mode < 85) descriptor_fault(in, tr, replay_fields(bad, pool, ring, i16), false);
+    if (mode < 85) descriptor_fault(in, tr, replay_fields(bad, pool, ring, scaled), false);
     else if (mode < 95) replay_struct_fault(in, tr, bad, pool, ring,
                                             SSU_UPDATE_DT_SOFTPLUS | SSU_UPDATE_DISABLE_STATE_UPDATE,
-                                            spare, c.stochastic);
+                                            spare, c.stochastic, c.state);
     else call_fault(in, tr);
     if (!tr.must_fail) tr.no_execute = true;
     run_trial(tr, in, ctx, Api<ssu_replay_args_t>{ssu_plan_create_replay, ssu_plan_execute_replay},
@@ -1602,8 +1610,8 @@ void fuzz_replay(Bytes& in, Trial& tr, ssu_context_t ctx, bool flush) {
   fbad.pool = &pool;
   fbad.ring = &ring;
   tr.at_execute = true;  // the flush op's arguments only ever meet an execute
-  if (mode < 70) descriptor_fault(in, tr, flush_fields(fbad, pool, ring, i16), false);
-  else if (mode < 90) replay_struct_fault(in, tr, fbad, pool, ring, 0u, spare, c.stochastic);
+  if (mode < 70) descriptor_fault(in, tr, flush_fields(fbad, pool, ring, scaled), false);
+  else if (mode < 90) replay_struct_fault(in, tr, fbad, pool, ring, 0u, spare, c.stochastic, c.state);
   else {
     switch (in.below(3)) {
       case 0: tr.null_plan = true; tr.refuse("plan = NULL"); break;
