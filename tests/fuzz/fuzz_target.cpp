@@ -103,6 +103,7 @@ std::string hex_input() {
 // ---------------------------------------------------------------------------
 struct Trial {
   Operation op = kUpdate;
+  ssu_dtype_t state = SSU_DTYPE_INVALID;  // the update's and replay's, for the summary
   std::string description;
   bool must_fail = false;     // a documented rule is broken
   bool data_fault = false;    // ... in tensor data: refused at execute, not at plan
@@ -1016,6 +1017,7 @@ UpdateCase other_update(Bytes& in, Trial& tr, UpdateCase c) {
 
 void fuzz_update(Bytes& in, Trial& tr, ssu_context_t ctx) {
   UpdateCase c = decode_update(in, tr);
+  tr.state = c.state;
   tr.description = describe(c) + tr.description;
   HostMemory mem;
   UpdateProblem p(c, mem);
@@ -1547,6 +1549,7 @@ void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
 
 void fuzz_replay(Bytes& in, Trial& tr, ssu_context_t ctx, bool flush) {
   const ReplayCase c = decode_replay(in);
+  tr.state = c.state;
   tr.description = describe(c) + tr.description;
   HostMemory mem;
   const int mode = int(in.below(100));
@@ -1674,6 +1677,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++g_stats.inputs;
   ++g_stats.by_operation[tr.op];
   ssu_context_t ctx = in.percent(25) ? shared().one_thread : shared().two_threads;
+  const int64_t succeeded_before = g_stats.succeeded;
+  struct CountState {
+    const Trial& tr;
+    int64_t before;
+    ~CountState() {
+      if (tr.state == SSU_DTYPE_INVALID) return;
+      Stats::PerState& s = g_stats.by_state[tr.state];
+      ++s.inputs;
+      s.succeeded += g_stats.succeeded - before;
+    }
+  } count_state{tr, succeeded_before};
   try {
     switch (tr.op) {
       case kUpdate: fuzz_update(in, tr, ctx); break;
