@@ -582,7 +582,10 @@ void descriptor_fault(Bytes& in, Trial& tr, std::vector<Field> fields, bool chec
     default: {
       ssu_dtype_t v;
       if (in.flip()) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_INVALID, 7, 99, -1, std::numeric_limits<int32_t>::max()});
+        // No dtype of ssu.h: the first value past its last one (7 until the
+        // 8-bit formats took 7 and 8), far values, negative ones.
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_INVALID, SSU_DTYPE_F8E4M3 + 1, 99, -1,
+                                  std::numeric_limits<int32_t>::max()});
       } else if (f.role & kIndex) {
         v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I16,
                                   SSU_DTYPE_I8});
