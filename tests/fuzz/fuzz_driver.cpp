@@ -114,5 +114,10 @@ int main(int argc, char** argv) {
   for (const auto& kv : s.by_operation)
     std::printf(" %s %lld", ssufuzz::operation_name(kv.first), static_cast<long long>(kv.second));
   std::printf("\n");
+  std::printf("  update and replay by state dtype (inputs / matched the reference):");
+  for (const auto& kv : s.by_state)
+    std::printf(" %s %lld/%lld", ssu_dtype_name(kv.first), static_cast<long long>(kv.second.inputs),
+                static_cast<long long>(kv.second.succeeded));
+  std::printf("\n");
   return 0;
 }

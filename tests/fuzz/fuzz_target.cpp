@@ -103,6 +103,7 @@ std::string hex_input() {
 // ---------------------------------------------------------------------------
 struct Trial {
   Operation op = kUpdate;
+  ssu_dtype_t state = SSU_DTYPE_INVALID;  // the update's and replay's, for the summary
   std::string description;
   bool must_fail = false;     // a documented rule is broken
   bool data_fault = false;    // ... in tensor data: refused at execute, not at plan
@@ -366,6 +367,33 @@ void run_other_problem(Trial& tr, Bytes& in, ssu_context_t ctx, Api<Args> api, c
 }
 
 // ---------------------------------------------------------------------------
+// State formats.
+// ---------------------------------------------------------------------------
+ssu_dtype_t float_dtype(Bytes& in) {
+  return in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16});
+}
+
+// Block-scaled states (i16, i8, f8e4m3): codes plus an f32 decode-scale pool
+// (S, H, P), and, with an intermediate buffer, intermediate_scales. ssu.h
+// requires the scales exactly for these and refuses them otherwise.
+bool block_scaled(ssu_dtype_t state) {
+  return state == SSU_DTYPE_I16 || state == SSU_DTYPE_I8 || state == SSU_DTYPE_F8E4M3;
+}
+
+// States whose stores ssu.h lets round stochastically (a rounding seed):
+// f16, bf16, f8e4m3. A seed with f32, i16 or i8 is refused.
+bool rounds_stochastically(ssu_dtype_t state) {
+  return state == SSU_DTYPE_F16 || state == SSU_DTYPE_BF16 || state == SSU_DTYPE_F8E4M3;
+}
+
+// A state dtype of the update and replay: every format of ssu.h, the
+// block-scaled ones with their scale pools.
+ssu_dtype_t state_dtype(Bytes& in) {
+  return in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16,
+                               SSU_DTYPE_I8, SSU_DTYPE_F8E4M3});
+}
+
+// ---------------------------------------------------------------------------
 // Descriptor faults, shared by every operation.
 // ---------------------------------------------------------------------------
 enum Role : uint32_t {
@@ -381,7 +409,7 @@ enum Role : uint32_t {
   kI32Only = 1u << 9,
   kDisjointRows = 1u << 10, // axis 0 (and 1 when kRowPairs) must not overlap
   kRowPairs = 1u << 11,     // (I, T) rows of an intermediate buffer
-  kState = 1u << 12,        // the state pool: f32/bf16/f16, or i16 with scales
+  kState = 1u << 12,        // the state pool: f32/bf16/f16, or i16/i8/f8e4m3 with scales
 };
 
 struct Field {
@@ -554,18 +582,33 @@ void descriptor_fault(Bytes& in, Trial& tr, std::vector<Field> fields, bool chec
     default: {
       ssu_dtype_t v;
       if (in.flip()) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_INVALID, 7, 99, -1, std::numeric_limits<int32_t>::max()});
+        // No dtype of ssu.h: the first value past its last one (7 until the
+        // 8-bit formats took 7 and 8), far values, negative ones.
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_INVALID, SSU_DTYPE_F8E4M3 + 1, 99, -1,
+                                  std::numeric_limits<int32_t>::max()});
       } else if (f.role & kIndex) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I16});
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I16,
+                                  SSU_DTYPE_I8});
       } else if (f.role & kI32Only) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I64, SSU_DTYPE_F32, SSU_DTYPE_I16});
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I64, SSU_DTYPE_F32, SSU_DTYPE_I16, SSU_DTYPE_I8});
       } else if (f.role & kState) {
-        v = t.dtype == SSU_DTYPE_I16 ? SSU_DTYPE_F32 : SSU_DTYPE_I16;  // scales wrong either way
+        // Across the block-scaled line only, so the scales are wrong either
+        // way (given with a float state, missing with a block-scaled one).
+        // Not from one block-scaled format to another: i8 <-> f8e4m3 with
+        // its scales is a valid call (other codes), and to or from i16 the
+        // element size changes under strides the buffer was made for.
+        v = block_scaled(t.dtype) ? float_dtype(in)
+                                  : in.pick<ssu_dtype_t>({SSU_DTYPE_I16, SSU_DTYPE_I8, SSU_DTYPE_F8E4M3});
       } else if (f.role & (kTiedDtype | kF32Only)) {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I32});
+        // The block-scaled dtypes too: a scale pool in its codes' dtype, an
+        // input or intermediate buffer in another state format.
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_F16, SSU_DTYPE_BF16, SSU_DTYPE_I32,
+                                  SSU_DTYPE_I16, SSU_DTYPE_I8, SSU_DTYPE_F8E4M3});
         if (v == t.dtype) v = SSU_DTYPE_I64;
       } else {
-        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I16});
+        // The 8-bit dtypes are state formats only (ssu.h), never a parameter's.
+        v = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I16, SSU_DTYPE_I8,
+                                  SSU_DTYPE_F8E4M3});
       }
       tr.refuse(name + ".dtype = " + std::to_string(v) + " (was " + ssu_dtype_name(t.dtype) + ")");
       t.dtype = v;
@@ -641,10 +684,6 @@ void call_fault(Bytes& in, Trial& tr) {
   }
 }
 
-ssu_dtype_t float_dtype(Bytes& in) {
-  return in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16});
-}
-
 Pad pad_mode(Bytes& in) {
   return in.pick<Pad>({Pad::None, Pad::None, Pad::Negative, Pad::PadSlotId, Pad::PadSlotIdInRange});
 }
@@ -679,7 +718,7 @@ UpdateCase decode_update(Bytes& in, Trial& tr) {
   }
   if (c.form != Form::Single)
     c.store = in.pick<Store>({Store::Final, Store::Final, Store::DstPerToken, Store::Intermediate});
-  c.state = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16});
+  c.state = state_dtype(in);
   c.input = float_dtype(in);
   c.params(float_dtype(in), float_dtype(in), float_dtype(in), float_dtype(in));
   c.index = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I32, SSU_DTYPE_I64,
@@ -692,8 +731,11 @@ UpdateCase decode_update(Bytes& in, Trial& tr) {
   // An int16 row of one element has the decode scale |v| / 32767, so SPEC
   // section 6's bound for it (two scales plus 1e-4 |v|) is tighter than the
   // fp32 arithmetic the spec prescribes when v comes from cancellation:
-  // rows of at least two elements only.
-  if (c.state == SSU_DTYPE_I16 && c.N == 1) c.N = 2;
+  // rows of at least two elements only. The 8-bit bounds (two scales of
+  // |v| / 127; 2^-3 |v| plus two subnormal steps of |v| / 448) are wider
+  // but just as relative to the row's own value, so a long run would meet
+  // the same cancellation: every block-scaled format gets N >= 2.
+  if (block_scaled(c.state) && c.N == 1) c.N = 2;
   if (in.percent(3)) {
     c.N = in.pick<int64_t>({257, 300});
     c.P = 1;
@@ -724,19 +766,18 @@ UpdateCase decode_update(Bytes& in, Trial& tr) {
   c.pad = pad_mode(in);
   c.layout = uint32_t(in.below(16));
   c.extra_slots = int(in.below(4));
-  if ((c.state == SSU_DTYPE_F16 || c.state == SSU_DTYPE_BF16) && in.percent(25))
-    c.sr(in.u64(), uint32_t(in.below(33)));
+  if (rounds_stochastically(c.state) && in.percent(25)) c.sr(in.u64(), uint32_t(in.below(33)));
   if (!c.softplus && in.percent(15)) c.exact();
   c.seed = in.u32();
   return c;
 }
 
 // The state pool and its scales (the update and replay).
-std::vector<Field> state_pool_fields(ssu_state_pool_t& pool, bool i16) {
+std::vector<Field> state_pool_fields(ssu_state_pool_t& pool, bool scaled) {
   return {
       {"pool.state", &pool.state, kRequired | kWritten | kDenseInner3 | kFreeAxis0 | kDisjointRows | kState},
       {"pool.state_scale", &pool.state_scale,
-       (i16 ? kRequired : 0u) | kWritten | kDenseInner2 | kFreeAxis0 | kDisjointRows | kF32Only},
+       (scaled ? kRequired : 0u) | kWritten | kDenseInner2 | kFreeAxis0 | kDisjointRows | kF32Only},
   };
 }
 
@@ -763,7 +804,7 @@ std::vector<Field> operator+(std::vector<Field> a, const std::vector<Field>& b) 
 }
 
 std::vector<Field> update_fields(ssu_update_args_t& a, ssu_state_pool_t& pool, const UpdateCase& c) {
-  return state_pool_fields(pool, c.state == SSU_DTYPE_I16) + update_tensor_fields(a) + std::vector<Field>{
+  return state_pool_fields(pool, block_scaled(c.state)) + update_tensor_fields(a) + std::vector<Field>{
       {"src_index", &a.src_index, kIndex | (a.num_accepted_tokens.data ? kRequired : 0u)},
       {"dst_index", &a.dst_index, kIndex},
       {"cu_seqlens", &a.cu_seqlens, kIndex | kFreeAxis0},
@@ -816,12 +857,14 @@ void update_struct_fault(Bytes& in, Trial& tr, ssu_update_args_t& a, ssu_state_p
         tr.refuse("rounding_rounds = " + std::to_string(a.rounding_rounds) + " without a seed");
       } else {
         a.rounding_seed = spare;
-        if ((c.state == SSU_DTYPE_F16 || c.state == SSU_DTYPE_BF16) && !c.exact_values)
-          tr.either("rounding_seed given (stochastic rounding of the stores)");
-        else if (c.exact_values && c.state != SSU_DTYPE_F32 && c.state != SSU_DTYPE_I16)
-          tr.plan_only("rounding_seed given (the harness expects round-to-nearest bits)");
-        else
+        // f16, bf16 and f8e4m3 may round stochastically; f32, i16 and i8
+        // (integer codes always round to nearest) must refuse a seed.
+        if (!rounds_stochastically(c.state))
           tr.refuse(std::string("rounding_seed with a ") + ssu_dtype_name(c.state) + " state");
+        else if (!c.exact_values)
+          tr.either("rounding_seed given (stochastic rounding of the stores)");
+        else
+          tr.plan_only("rounding_seed given (the harness expects round-to-nearest bits)");
       }
       break;
     case 5:
@@ -977,6 +1020,7 @@ UpdateCase other_update(Bytes& in, Trial& tr, UpdateCase c) {
 
 void fuzz_update(Bytes& in, Trial& tr, ssu_context_t ctx) {
   UpdateCase c = decode_update(in, tr);
+  tr.state = c.state;
   tr.description = describe(c) + tr.description;
   HostMemory mem;
   UpdateProblem p(c, mem);
@@ -1357,8 +1401,10 @@ ReplayCase decode_replay(Bytes& in) {
   c.P = in.pick<int64_t>({1, 2, 4, 8, 16});
   c.N = in.pick<int64_t>({1, 2, 4, 8, 16});
   c.batch = 1 + in.below(3);
-  c.state = in.pick<ssu_dtype_t>({SSU_DTYPE_F32, SSU_DTYPE_BF16, SSU_DTYPE_F16, SSU_DTYPE_I16});
-  if (c.state == SSU_DTYPE_I16 && c.N == 1) c.N = 2;  // see decode_update
+  // Every state format as a checkpoint: the CPU backend stores i8 and
+  // f8e4m3 ones too (the CUDA backend refuses them in this version).
+  c.state = state_dtype(in);
+  if (block_scaled(c.state) && c.N == 1) c.N = 2;  // see decode_update
   c.input = float_dtype(in);
   c.param = float_dtype(in);
   c.index = in.pick<ssu_dtype_t>({SSU_DTYPE_I32, SSU_DTYPE_I64, SSU_DTYPE_I32, SSU_DTYPE_INVALID});
@@ -1379,8 +1425,7 @@ ReplayCase decode_replay(Bytes& in) {
   c.layout = uint32_t(in.below(4));
   c.extra_slots = int(in.below(3));
   c.spare_active = int(in.below(3));
-  if ((c.state == SSU_DTYPE_F16 || c.state == SSU_DTYPE_BF16) && bit(12))
-    c.sr(in.u64(), uint32_t(in.below(33)));
+  if (rounds_stochastically(c.state) && bit(12)) c.sr(in.u64(), uint32_t(in.below(33)));
   // flush_exact: every checkpoint store bit for bit against the plain
   // update. (Not round_trip: its "RMS error no worse than the plain
   // update's" is a statistical bound, meant for the table's sizes, that a
@@ -1402,8 +1447,8 @@ std::vector<Field> ring_fields(ssu_replay_ring_t& ring) {
 }
 
 std::vector<Field> replay_fields(ssu_replay_args_t& a, ssu_state_pool_t& pool, ssu_replay_ring_t& ring,
-                                 bool i16) {
-  return state_pool_fields(pool, i16) + ring_fields(ring) + update_tensor_fields(a) + std::vector<Field>{
+                                 bool scaled) {
+  return state_pool_fields(pool, scaled) + ring_fields(ring) + update_tensor_fields(a) + std::vector<Field>{
       {"src_index", &a.src_index, kIndex},
       {"cu_seqlens", &a.cu_seqlens, kIndex | kFreeAxis0},
       {"num_accepted", &a.num_accepted, kIndex},
@@ -1411,8 +1456,8 @@ std::vector<Field> replay_fields(ssu_replay_args_t& a, ssu_state_pool_t& pool, s
 }
 
 std::vector<Field> flush_fields(ssu_replay_flush_args_t& a, ssu_state_pool_t& pool,
-                                ssu_replay_ring_t& ring, bool i16) {
-  return state_pool_fields(pool, i16) + ring_fields(ring) + std::vector<Field>{
+                                ssu_replay_ring_t& ring, bool scaled) {
+  return state_pool_fields(pool, scaled) + ring_fields(ring) + std::vector<Field>{
       {"A", &a.A, kRequired},
       {"src_index", &a.src_index, kRequired | kIndex | kFreeAxis0},
       {"num_accepted", &a.num_accepted, kIndex},
@@ -1423,7 +1468,7 @@ std::vector<Field> flush_fields(ssu_replay_flush_args_t& a, ssu_state_pool_t& po
 template <typename Args>
 void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
                          ssu_replay_ring_t& ring, uint32_t known_flags, uint64_t* spare,
-                         bool stochastic) {
+                         bool stochastic, ssu_dtype_t state) {
   switch (in.below(7)) {
     case 0:
       struct_size_fault(in, tr, "args", &a.struct_size, uint32_t(sizeof a), uint32_t(sizeof a), true, false);
@@ -1467,6 +1512,12 @@ void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
       } else if (in.flip()) {
         a.rounding_rounds = 1 + uint32_t(in.below(32));
         tr.refuse("rounding_rounds = " + std::to_string(a.rounding_rounds) + " without a seed");
+      } else if (!rounds_stochastically(state)) {
+        // "As for the update, refused for i8" (ssu.h), and for f32 and i16:
+        // no plan of these states rounds stochastically, so the flush op,
+        // which takes a seed exactly when its plan does, refuses it too.
+        a.rounding_seed = spare;
+        tr.refuse(std::string("rounding_seed with a ") + ssu_dtype_name(state) + " checkpoint");
       } else {
         a.rounding_seed = spare;
         tr.either("rounding_seed given");
@@ -1487,7 +1538,8 @@ void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
       if (in.flip()) {
         pool.state_scale = pool.state_scale.data ? ssu_tensor_t{} : pool.state;
         tr.refuse(pool.state_scale.data ? "state_scale given with a float state"
-                                        : "state_scale dropped from an i16 state");
+                                        : std::string("state_scale dropped from a block-scaled (") +
+                                              ssu_dtype_name(state) + ") state");
       } else {
         a.error_word = reinterpret_cast<uint32_t*>(spare);
         tr.keep("error_word given (the CPU backend ignores it)");
@@ -1500,6 +1552,7 @@ void replay_struct_fault(Bytes& in, Trial& tr, Args& a, ssu_state_pool_t& pool,
 
 void fuzz_replay(Bytes& in, Trial& tr, ssu_context_t ctx, bool flush) {
   const ReplayCase c = decode_replay(in);
+  tr.state = c.state;
   tr.description = describe(c) + tr.description;
   HostMemory mem;
   const int mode = int(in.below(100));
@@ -1539,17 +1592,17 @@ void fuzz_replay(Bytes& in, Trial& tr, ssu_context_t ctx, bool flush) {
                    throw std::logic_error("a replay call outside the harness's loop succeeded");
                  },
                  [&] { return p.check_unchanged(); }};
-  const bool i16 = c.state == SSU_DTYPE_I16;
+  const bool scaled = block_scaled(c.state);
   const ssu_replay_args_t good = p.args();
   if (!flush) {
     ssu_replay_args_t bad = good;
     bad.pool = &pool;
     bad.ring = &ring;
     tr.at_execute = in.percent(30);
-    if (mode < 85) descriptor_fault(in, tr, replay_fields(bad, pool, ring, i16), false);
+    if (mode < 85) descriptor_fault(in, tr, replay_fields(bad, pool, ring, scaled), false);
     else if (mode < 95) replay_struct_fault(in, tr, bad, pool, ring,
                                             SSU_UPDATE_DT_SOFTPLUS | SSU_UPDATE_DISABLE_STATE_UPDATE,
-                                            spare, c.stochastic);
+                                            spare, c.stochastic, c.state);
     else call_fault(in, tr);
     if (!tr.must_fail) tr.no_execute = true;
     run_trial(tr, in, ctx, Api<ssu_replay_args_t>{ssu_plan_create_replay, ssu_plan_execute_replay},
@@ -1563,8 +1616,8 @@ void fuzz_replay(Bytes& in, Trial& tr, ssu_context_t ctx, bool flush) {
   fbad.pool = &pool;
   fbad.ring = &ring;
   tr.at_execute = true;  // the flush op's arguments only ever meet an execute
-  if (mode < 70) descriptor_fault(in, tr, flush_fields(fbad, pool, ring, i16), false);
-  else if (mode < 90) replay_struct_fault(in, tr, fbad, pool, ring, 0u, spare, c.stochastic);
+  if (mode < 70) descriptor_fault(in, tr, flush_fields(fbad, pool, ring, scaled), false);
+  else if (mode < 90) replay_struct_fault(in, tr, fbad, pool, ring, 0u, spare, c.stochastic, c.state);
   else {
     switch (in.below(3)) {
       case 0: tr.null_plan = true; tr.refuse("plan = NULL"); break;
@@ -1627,6 +1680,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++g_stats.inputs;
   ++g_stats.by_operation[tr.op];
   ssu_context_t ctx = in.percent(25) ? shared().one_thread : shared().two_threads;
+  const int64_t succeeded_before = g_stats.succeeded;
+  struct CountState {
+    const Trial& tr;
+    int64_t before;
+    ~CountState() {
+      if (tr.state == SSU_DTYPE_INVALID) return;
+      Stats::PerState& s = g_stats.by_state[tr.state];
+      ++s.inputs;
+      s.succeeded += g_stats.succeeded - before;
+    }
+  } count_state{tr, succeeded_before};
   try {
     switch (tr.op) {
       case kUpdate: fuzz_update(in, tr, ctx); break;

@@ -30,6 +30,13 @@ struct Stats {
   int64_t not_applicable = 0; // a replay fault that had no live sequence to hit
   std::map<int32_t, int64_t> refused;  // status -> count
   std::map<int, int64_t> by_operation; // Operation -> count
+  // The update's and replay's inputs by state dtype (a new format shows
+  // whether it is drawn and how often it gets as far as the reference).
+  struct PerState {
+    int64_t inputs = 0;
+    int64_t succeeded = 0;
+  };
+  std::map<int32_t, PerState> by_state;  // ssu_dtype_t -> counts
 };
 const Stats& stats();
 
