@@ -1133,11 +1133,8 @@ CheckResult UpdateProblem::check() const {
       }
       const double ref = refv[base + size_t(n)];
       const double g = double(ref_dequantize8(code, c.state, gs));
-      const double lim = fp8 ? 0.125 * std::fabs(ref) + 1e-4 * std::fabs(ref) +
-                                   2.0 * std::ldexp(double(q.scale), -9)
-                             : 2.0 * double(q.scale) + 1e-4 * std::fabs(ref);
-      const bool bad_code = fp8 ? (code & 0x7f) == 0x7f : code == 0x80;
-      if (bad_code || !(std::fabs(g - ref) <= lim)) {
+      double lim;
+      if (!ref_state8_element_ok(code, g, ref, double(q.scale), c.state, &lim)) {
         char b[200];
         std::snprintf(b, sizeof b, " code 0x%02x * scale %.9g = %.9g, ref %.9g > tol %.9g", code,
                       double(gs), g, ref, lim);

@@ -220,6 +220,15 @@ bool is_scaled_dtype(ssu_dtype_t d) {
   return d == SSU_DTYPE_I16 || d == SSU_DTYPE_I8 || d == SSU_DTYPE_F8E4M3;
 }
 
+bool ref_state8_element_ok(uint8_t code, double got, double ref, double scale, ssu_dtype_t dtype,
+                           double* lim) {
+  const bool fp8 = dtype == SSU_DTYPE_F8E4M3;
+  *lim = fp8 ? 0.125 * std::fabs(ref) + 1e-4 * std::fabs(ref) + 2.0 * std::ldexp(scale, -9)
+             : 2.0 * scale + 1e-4 * std::fabs(ref);
+  const bool bad_code = fp8 ? (code & 0x7f) == 0x7f : code == 0x80;
+  return !bad_code && std::fabs(got - ref) <= *lim;
+}
+
 double ref_qmax(ssu_dtype_t d) {
   return d == SSU_DTYPE_I16 ? 32767.0 : d == SSU_DTYPE_I8 ? 127.0 : 448.0;
 }

@@ -93,6 +93,13 @@ QuantizedRow8 ref_quantize_row8(const float* v, int64_t n, ssu_dtype_t dtype,
                                 const uint32_t* words = nullptr);
 // The value an 8-bit element loads as: value(code) * scale, rounded to fp32.
 float ref_dequantize8(uint8_t code, ssu_dtype_t dtype, float scale);
+// SPEC section 8's check of one stored 8-bit element against its float64
+// reference `ref`, with the row's reference decode scale `scale`: the code
+// is not the format's invalid one (0x80 for i8, NaN for f8e4m3) and its
+// value `got` is within 2 decode scales (i8) or 2^-3 |ref| plus 2 subnormal
+// steps (f8e4m3), plus 1e-4 |ref|. *lim receives the bound.
+bool ref_state8_element_ok(uint8_t code, double got, double ref, double scale, ssu_dtype_t dtype,
+                           double* lim);
 // The largest code value of a block-scaled format: 32767, 127 or 448.
 double ref_qmax(ssu_dtype_t dtype);
 bool is_scaled_dtype(ssu_dtype_t dtype);

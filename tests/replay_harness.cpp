@@ -1037,7 +1037,6 @@ static std::vector<double> check_checkpoint(ReplayProblem::Impl& m, Check& ck, i
         // element within two decode scales of the float64 value, an E4M3
         // element within 2^-3 of it (relative: one E4M3 step, what
         // stochastic rounding may move it) plus two subnormal steps.
-        const bool fp8 = m.c.state == SSU_DTYPE_F8E4M3;
         const double qmax = ref_qmax(m.c.state);
         const QuantizedRow8 q = ref_quantize_row8(fr.data(), m.N, m.c.state);
         const double gs = ck.value(m.scale, sidx);
@@ -1049,11 +1048,8 @@ static std::vector<double> check_checkpoint(ReplayProblem::Impl& m, Check& ck, i
           const uint8_t code = uint8_t(int64_t(ck.value(m.state, idx)));
           const double ref = want[base + size_t(n)];
           const double g = double(ref_dequantize8(code, m.c.state, float(gs)));
-          const double lim = fp8 ? 0.125 * std::fabs(ref) + 1e-4 * std::fabs(ref) +
-                                       2.0 * std::ldexp(double(q.scale), -9)
-                                 : 2.0 * double(q.scale) + 1e-4 * std::fabs(ref);
-          const bool bad_code = fp8 ? (code & 0x7f) == 0x7f : code == 0x80;
-          if (bad_code || !(std::fabs(g - ref) <= lim)) {
+          double lim;
+          if (!ref_state8_element_ok(code, g, ref, double(q.scale), m.c.state, &lim)) {
             char b[200];
             std::snprintf(b, sizeof b, " code 0x%02x * scale %.9g = %.9g, ref %.9g > tol %.9g",
                           code, gs, g, ref, lim);
