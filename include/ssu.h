@@ -165,8 +165,8 @@ typedef struct ssu_tensor {
  * (shape[0] of `state`); every pool below is indexed by the same slots.
  *  - state: (S, H, P, N) = (slots, heads, dim, dstate), dtype f32, bf16,
  *    f16, or i16, i8 or f8e4m3 with state_scale (block-scaled, see below;
- *    the 8-bit formats: the plain update on both backends, replay
- *    checkpoints on the CPU backend only, Mamba-3 on neither); N <= 256
+ *    the 8-bit formats: the plain update and replay checkpoints on both
+ *    backends, Mamba-3 on neither); N <= 256
  *    (larger N is refused with SSU_ERROR_NOT_SUPPORTED), any P >= 1. The
  *    inner three axes must be dense (strides P*N, N, 1); the slot stride is
  *    free (>= H*P*N), so a pool can live inside a larger buffer.
@@ -732,9 +732,8 @@ SSU_API ssu_status_t ssu_plan_execute_mamba3_rotary(ssu_plan_t plan,
  * The names and layouts below may still change before 0.4.
  *
  * Per slot s:
- *  - ckpt[s]: the state pool of ssu_state_pool_t (every state format; the
- *    8-bit ones, i8 and f8e4m3, on the CPU backend only: the CUDA backend
- *    refuses them at plan time in this version).
+ *  - ckpt[s]: the state pool of ssu_state_pool_t (every state format,
+ *    block-scaled ones with their state_scale pool).
  *  - a ring of L entries, one per token: x, B and the step size
  *    delta = softplus?(dt + dt_bias) as f32 (after bias and softplus).
  *  - committed[s], pending[s]: int32 counters, both 0 for a fresh slot. The
@@ -770,8 +769,7 @@ typedef struct ssu_replay_ring {
  * Arguments of a replay step: the update's tensors (see ssu_update_args_t)
  * in its single-token (T = 1), multi-token (Bt, T, ...) or varlen form, with
  * the slot pool and its ring. Per-head (Mamba-2) and per-channel (Mamba-1)
- * layouts, every input dtype and every state format of the update apply
- * (i8 and f8e4m3 checkpoints: CPU backend only in this version).
+ * layouts, every input dtype and every state format of the update apply.
  *  - flags: SSU_UPDATE_DT_SOFTPLUS, SSU_UPDATE_DISABLE_STATE_UPDATE.
  *  - src_index (optional): (Bt,) int32/int64 slots; absent: slot = b.
  *    Padding as for the update: the sequence's outputs are exactly zero and

@@ -1,6 +1,7 @@
 // Checkpointed (replay) decode, SPEC.md section 7: the replay step and the
-// flush op for every state format (f32, f16, bf16, int16 block-scaled) and
-// input dtype; extern "C" entry points ssu_replay_<state>_<input>.
+// flush op for every state format (f32, f16, bf16; int16, int8 and e4m3
+// block-scaled) and input dtype; extern "C" entry points
+// ssu_replay_<state>_<input> and ssu_replay_warp_<state>_<input>.
 //
 // A block owns one (sequence, head) pair and a tile of rows. In three
 // dependent round trips (slot; counters with the checkpoint tile; committed
@@ -43,8 +44,9 @@ constexpr int kReplayChunksInFlight = 8;
 // per-channel layouts) spills a few values to local memory.
 constexpr int kReplayMinBlocks = 8 * 128 / SSU_CUDA_REPLAY_THREADS;
 
-// Converts a lane's raw chunks of a row (KC at most 2) to fp32 v[k*VEC ..];
-// chunks past the row (ci >= chunks) are zeros.
+// Converts a lane's raw chunks of a row (KC at most 2) to fp32 v[k*VEC ..]
+// (block-scaled codes times the row's decode scale, as the plain update
+// loads them); chunks past the row (ci >= chunks) are zeros.
 template <typename ST, int VEC, int KCMAX>
 __device__ __forceinline__ void unpack_row(const uint4* raw, int lane_r, int lpr, int chunks,
                                            float scale, float* v) {
@@ -56,7 +58,7 @@ __device__ __forceinline__ void unpack_row(const uint4* raw, int lane_r, int lpr
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       float e = to_f32(c.e[i]);
-      if constexpr (std::is_same<ST, int16_t>::value) e *= scale;
+      if constexpr (StateFormat<ST>::kScaled) e *= scale;
       v[k * VEC + i] = in ? e : 0.f;
     }
   }
@@ -337,9 +339,9 @@ __device__ __forceinline__ void replay_weights(const IT* s_Br, const IT* s_Bt, c
 // Stores a folded row exactly as the plain update stores a row: the lane's
 // chunks lane_r + k * lpr (k < kc, below `chunks`) of v, encoded (round to
 // nearest, stochastic rounding with the Philox words of pool offset row_off
-// + element, int16 codes with the row's scale to *scale_dst). Every lane of
-// the row group calls it (the int16 scale is a reduction over them); only
-// `valid` rows store.
+// + element, block-scaled codes with the row's decode scale to *scale_dst).
+// Every lane of the row group calls it (a block-scaled row's encode factor
+// is a reduction over them); only `valid` rows store.
 template <typename ST, int VEC, int KCMAX>
 __device__ __forceinline__ void store_folded_row(const float* v, bool valid, ST* dst_row,
                                                  uint64_t row_off, int lane_r, int lpr, int kc,
@@ -349,7 +351,7 @@ __device__ __forceinline__ void store_folded_row(const float* v, bool valid, ST*
   rs.seed = seed;
   rs.rounds = rounds;
   rs.enc = 1.f;
-  if constexpr (std::is_same<ST, int16_t>::value) rs.enc = row_encode_factor<KCMAX * VEC>(v, lpr);
+  if constexpr (StateFormat<ST>::kScaled) rs.enc = row_encode_factor<KCMAX * VEC, ST>(v, lpr);
   if (!valid) return;
 #pragma unroll
   for (int k = 0; k < KCMAX; ++k) {
@@ -364,7 +366,7 @@ __device__ __forceinline__ void store_folded_row(const float* v, bool valid, ST*
       store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
     }
   }
-  if constexpr (std::is_same<ST, int16_t>::value)
+  if constexpr (StateFormat<ST>::kScaled)
     if (lane_r == 0) *scale_dst = 1.f / rs.enc;
 }
 
@@ -445,9 +447,11 @@ __device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp
 template <typename ST, typename IT>
 __device__ __forceinline__ void replay_body(const ssu_cuda_replay_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
-  constexpr int KCMAX = 8 / VEC;  // two chunks for f32 rows of 256
-  constexpr int EL = 8;           // row elements per lane
-  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  // Chunks a lane holds per row: two for f32 rows of 256, else one (16
+  // elements of an 8-bit row).
+  constexpr int KCMAX = VEC > 8 ? 1 : 8 / VEC;
+  constexpr int EL = KCMAX * VEC;  // row elements per lane
+  constexpr bool QUANT = StateFormat<ST>::kScaled;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ ReplaySeq sq;
 
@@ -981,12 +985,13 @@ __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* 
 // row steps, a warp each, with the same prologue: more warps in flight where
 // there are few heads). Per-head step size and A only, rows of 8 lanes with up
 // to 16 state elements per lane (N * sizeof(state) a multiple of 128 bytes,
-// at most 512 for f32 and 256 for 16-bit states); the planner sends other
-// shapes to the block kernels.
+// at most 512 for f32, 256 for 16-bit and 128 for 8-bit states); the
+// planner sends other shapes to the block kernels.
 constexpr int kReplayWarpEl = 16;  // state elements per lane and row
 // Row steps in flight per warp (a step: 4 rows, 2 KiB of an f32 state), and
 // the blocks per SM the registers for them allow: 16-bit states four steps
-// at five blocks (96 registers), f32 states four steps at four blocks
+// (and 8-bit states, 16 elements per lane and row too) at five blocks
+// (96 registers), f32 states four steps at four blocks
 // (128 registers): a warp streams its head alone, so its bytes in flight set
 // its pace, and at batch 512 the deeper f32 pipeline measured 5 % faster
 // than two steps at five blocks.
@@ -999,7 +1004,7 @@ template <typename ST, typename IT>
 __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
   constexpr int KC = kReplayWarpEl / VEC;  // 16-byte chunks per lane and row, at most
-  constexpr bool QUANT = std::is_same<ST, int16_t>::value;
+  constexpr bool QUANT = StateFormat<ST>::kScaled;
   constexpr unsigned kAll = 0xffffffffu;
   extern __shared__ __align__(16) unsigned char smem[];
 
@@ -1542,7 +1547,8 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     // T = 4 -13 %, T = 2 -9 %). The f32-state kernels, at their register
     // limit, spilled with it and their one-token appends slowed by 3 %.
     // (Uniform over the block: one sequence.)
-    constexpr bool kTokensF32 = sizeof(ST) == 2;
+    // (8-bit states hold 16 elements per lane and row, as 16-bit ones do.)
+    constexpr bool kTokensF32 = sizeof(ST) <= 2;
     float* const s_Cf = kTokensF32 && share && L.off_group_Bf > 0
                             ? reinterpret_cast<float*>(smem + L.off_group_Bf)
                             : nullptr;
@@ -1640,5 +1646,7 @@ SSU_REPLAY_KERNELS(f32, float)
 SSU_REPLAY_KERNELS(f16, f16)
 SSU_REPLAY_KERNELS(bf16, bf16)
 SSU_REPLAY_KERNELS(i16, int16_t)
+SSU_REPLAY_KERNELS(i8, int8_t)
+SSU_REPLAY_KERNELS(f8e4m3, e4m3)
 #undef SSU_REPLAY_KERNELS
 #undef SSU_REPLAY_KERNEL

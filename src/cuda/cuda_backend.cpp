@@ -50,9 +50,8 @@ void check(const Driver& d, CUresult r, const char* call) {
   if (r != CUDA_SUCCESS) fail(SSU_ERROR_CUDA, "%s", ssu_cuda::describe(d, call, r).c_str());
 }
 
-// Input dtypes are indices 0..2; state dtypes 0..3 (int16 block-scaled);
-// the plain update's state dtypes add the 8-bit block-scaled ones, 4 (i8)
-// and 5 (f8e4m3).
+// Input dtypes are indices 0..2; state dtypes (the update's and the replay
+// checkpoint's) add the block-scaled ones, 3 (i16), 4 (i8) and 5 (f8e4m3).
 int dtype_index(int32_t dtype) {
   switch (dtype) {
     case SSU_DTYPE_F32: return 0;
@@ -61,13 +60,12 @@ int dtype_index(int32_t dtype) {
     default: return -1;
   }
 }
-int state_dtype_index(int32_t dtype) { return dtype == SSU_DTYPE_I16 ? 3 : dtype_index(dtype); }
-constexpr int kStateDtypes = 4;
 int update_state_index(int32_t dtype) {
   switch (dtype) {
+    case SSU_DTYPE_I16: return 3;
     case SSU_DTYPE_I8: return 4;
     case SSU_DTYPE_F8E4M3: return 5;
-    default: return state_dtype_index(dtype);
+    default: return dtype_index(dtype);
   }
 }
 constexpr int kUpdateStateDtypes = 6;
@@ -280,7 +278,7 @@ class CudaBackend final : public Backend {
       // writes an append's B and delta entries too (measurements, tests).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_EARLY_ENTRIES"))
         replay_early_entries_ = std::atoi(e) != 0;
-      for (int si = 0; si < kStateDtypes; ++si)
+      for (int si = 0; si < kUpdateStateDtypes; ++si)
         for (int i = 0; i < 3; ++i) {
           replay_fn_[si][i] = load_streaming_kernel(
               format("ssu_replay_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
@@ -356,11 +354,10 @@ class CudaBackend final : public Backend {
     if (requested != SSU_ALGORITHM_AUTO && requested != SSU_ALGORITHM_CUDA_REPLAY)
       fail(SSU_ERROR_ALGORITHM_UNAVAILABLE, "algorithm %d (%s) cannot run a replay step; use "
            "cuda_replay or auto", requested, algorithm_name(requested));
-    const int si = state_dtype_index(p.state_dtype);
+    const int si = update_state_index(p.state_dtype);
     if (si < 0)
       fail(SSU_ERROR_NOT_SUPPORTED, "pool.state.dtype=%s but the CUDA replay kernels support f32, "
-           "f16, bf16 and i16 checkpoints; 8-bit (i8, f8e4m3) checkpoints run on the CPU backend "
-           "only in this version", ssu_dtype_name(p.state_dtype));
+           "f16, bf16, i16, i8 and f8e4m3 checkpoints", ssu_dtype_name(p.state_dtype));
     if (dtype_index(p.input_dtype) < 0)
       fail(SSU_ERROR_NOT_SUPPORTED, "x.dtype=%s but the CUDA replay kernels support f32, f16 and "
            "bf16 inputs", ssu_dtype_name(p.input_dtype));
@@ -387,7 +384,7 @@ class CudaBackend final : public Backend {
                       ssu_stream_t stream) override {
     const ssu_update_params& p = rp.u;
     if (p.batch <= 0) return;
-    const int si = state_dtype_index(p.state_dtype), ii = dtype_index(p.input_dtype);
+    const int si = update_state_index(p.state_dtype), ii = dtype_index(p.input_dtype);
     const int sb = dtype_bytes(si);
     if (!aligned16(p.state) || (p.state_stride_slot * sb) % 16 != 0)
       fail(SSU_ERROR_BAD_STRIDE, "the CUDA replay kernels need pool.state 16-byte aligned with a "
@@ -581,7 +578,7 @@ class CudaBackend final : public Backend {
   // multiples of the block's row groups.
   int replay_rows(const ssu_replay_params& rp, int64_t bh) const {
     const ssu_update_params& p = rp.u;
-    const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
+    const int sb = static_cast<int>(state_bytes(p.state_dtype));
     const int chunks = static_cast<int>(p.dstate) * sb / 16;
     const int lpr = std::min(32, pow2_ceil(std::max(1, chunks)));
     const int ngrp = SSU_CUDA_REPLAY_THREADS / lpr;
@@ -635,7 +632,7 @@ class CudaBackend final : public Backend {
     const ssu_update_params& p = rp.u;
     if (replay_warp_ == 0) return -1;
     if (p.features & (SSU_F_DT_PER_CHANNEL | SSU_F_A_PER_CHANNEL)) return -1;
-    const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
+    const int sb = static_cast<int>(state_bytes(p.state_dtype));
     const int64_t chunks = p.dstate * sb / 16;
     if (chunks % 8 != 0 || chunks / 8 > 16 / (16 / sb)) return -1;
     // A block's warps are consecutive heads of one sequence; when they are
@@ -685,7 +682,7 @@ class CudaBackend final : public Backend {
   int64_t replay_smem(const ssu_replay_params& rp, int rows, ssu_cuda_replay_launch* L,
                       bool with_tile = true, bool with_ring_B = true) const {
     const ssu_update_params& p = rp.u;
-    const int sb = dtype_bytes(state_dtype_index(p.state_dtype));
+    const int sb = static_cast<int>(state_bytes(p.state_dtype));
     const int chunks = static_cast<int>(p.dstate) * sb / 16;
     L->lanes_per_row = std::min(32, pow2_ceil(std::max(1, chunks)));
     L->rows_per_block = rows;
@@ -715,7 +712,7 @@ class CudaBackend final : public Backend {
     L->off_D = put(rows);
     L->off_y = put(T * rows);
     L->off_coef = put(T * E + T);
-    L->off_scale = put(p.state_dtype == SSU_DTYPE_I16 ? rows : 0);
+    L->off_scale = put(is_scaled_state(p.state_dtype) ? rows : 0);
     return o;
   }
 
@@ -1251,8 +1248,8 @@ class CudaBackend final : public Backend {
   // About the warps per SM below which longer warps measured slower.
   static constexpr int kDirectWarpsPerSm = 15;
   CUfunction advance_seed_fn_ = nullptr;
-  CUfunction replay_fn_[kStateDtypes][3] = {};
-  CUfunction replay_warp_fn_[kStateDtypes][3] = {};
+  CUfunction replay_fn_[kUpdateStateDtypes][3] = {};
+  CUfunction replay_warp_fn_[kUpdateStateDtypes][3] = {};
   int replay_max_rows_ = 0;
   int replay_prefetch_ = -1;  // SSU_CUDA_REPLAY_PREFETCH; -1: by state dtype
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE

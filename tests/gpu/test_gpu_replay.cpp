@@ -6,10 +6,9 @@
 // counters, after every step and after the flush op); replay steps and
 // flush ops captured into CUDA graphs and replayed with new slots, tokens
 // and counters in device memory, equal to eager calls; caller errors set the
-// documented bits of the error word and leave the sequence alone. The
-// table's 8-bit checkpoint cases (i8, f8e4m3) run on the CPU backend only in
-// this version: here each must be refused at plan creation
-// (SSU_ERROR_NOT_SUPPORTED), and is not run.
+// documented bits of the error word and leave the sequence alone. 8-bit
+// checkpoint cases (i8, f8e4m3) run a third time with N = 128, the 8-bit
+// rows the warp-per-head kernels take.
 //
 // Without a usable GPU the program prints why and exits 77 (meson's skip).
 //
@@ -200,39 +199,29 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
   }
   // The table's rows of 16 elements run on the block kernels; every per-head
   // case runs again with N = 64 (rows of a multiple of 128 bytes), which
-  // the warp-per-head kernels take.
+  // the warp-per-head kernels take, and an 8-bit one with N = 128 too
+  // (64-byte rows go to the block kernels).
   const size_t shared_cases = table.size();
   for (size_t i = 0; i < shared_cases; ++i) {
     ReplayCase c = table[i];
     if (c.mamba1 || c.N == 64) continue;
     c.N = 64;
     table.push_back(c);
+    if (c.state == SSU_DTYPE_I8 || c.state == SSU_DTYPE_F8E4M3) {
+      c.N = 128;
+      table.push_back(c);
+    }
   }
   const std::vector<ReplayCase> cases = selected(table, true);
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
-  int failed = 0, skipped8 = 0;
+  int failed = 0;
   int64_t elements = 0, stores = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const ReplayCase& c = cases[i];
     if (verbose) {
       std::printf("[%zu] %s\n", i, describe(c).c_str());
       std::fflush(stdout);
-    }
-    if (c.state == SSU_DTYPE_I8 || c.state == SSU_DTYPE_F8E4M3) {
-      // CPU only: the CUDA plan must refuse the checkpoint format.
-      ReplayProblem p(c, dmem);
-      p.prepare_step();
-      const ssu_replay_args_t a = p.args();
-      ssu_plan_t plan = nullptr;
-      const ssu_status_t st = ssu_plan_create_replay(g_cuda, &a, nullptr, &plan);
-      const std::string msg = st == SSU_SUCCESS ? "" : ssu_last_error_message();
-      ssu_plan_destroy(plan);
-      if (st != SSU_ERROR_NOT_SUPPORTED && ++failed <= 25)
-        FAIL_CHECK("case " << i << " " << describe(c) << "\n  the CUDA plan of an 8-bit "
-                   "checkpoint: expected SSU_ERROR_NOT_SUPPORTED, got " << st << " " << msg);
-      ++skipped8;
-      continue;
     }
     ReplayOptions o;
     o.keep_snapshots = true;
@@ -257,9 +246,6 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
   std::printf("gpu replay: %zu cases, %d failed, %lld checkpoint stores, %lld elements checked "
               "(CUDA), %.1f s\n",
               cases.size(), failed, (long long)stores, (long long)elements, secs);
-  if (skipped8)
-    std::printf("gpu replay: %d 8-bit checkpoint cases (i8, f8e4m3) skipped: CPU only in this "
-                "version, and the CUDA plan refused each\n", skipped8);
   CHECK(failed == 0);
 }
 
@@ -298,6 +284,14 @@ TEST_CASE("gpu: replay steps and flush ops captured in CUDA graphs (and with SSU
     c.mamba1_layer(256, 16).single().ring(16).run(40).dtypes(SSU_DTYPE_F16, SSU_DTYPE_BF16);
     c.layout = kReplayPadded;
     c.seed = 4245;
+    cases.push_back(c);
+    c = ReplayCase();
+    c.tag = "graph";  // an 8-bit checkpoint, stochastically rounded, on the warp kernels
+    c.multi(2).ring(8).run(16).dtypes(SSU_DTYPE_F8E4M3, SSU_DTYPE_BF16).shape(4, 2, 32, 128);
+    c.sr(0x5eee);
+    c.speculative = true;
+    c.pad = Pad::PadSlotId;
+    c.seed = 4246;
     cases.push_back(c);
   }
   for (const ReplayCase& c : selected(cases, false)) {
