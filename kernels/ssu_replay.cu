@@ -1289,6 +1289,10 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           v[k * VEC + 2 * i] = __uint_as_float(w[i] << 16);
           v[k * VEC + 2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
         }
+      } else if constexpr (QUANT && sizeof(ST) == 1) {
+        // 8-bit codes as the plain update's kernels decode them (int8: a
+        // byte permute and a subtraction each), the same values.
+        scaled_chunk_to_f32<ST>(raw[k], scale, v + k * VEC);
       } else {
         Chunk<ST, VEC> cc;
         cc.u = raw[k];
