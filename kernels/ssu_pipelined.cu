@@ -912,11 +912,31 @@ __device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, fl
         h[4 * k + j] =
             (__uint_as_float(__byte_perm(wd[k], 0x4B400000u, 0x7650u + j)) - 12583040.0f) * rs;
   } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    // e4m3 codes two at a time through the hardware conversion to f16x2
+    // (exact: every E4M3 value is an f16 value; the low byte goes to the
+    // low half), then to fp32 (exact): about 3 instructions per element
+    // where to_f32's integer decoder takes 8. A NaN code gives a NaN either
+    // way, which the multiply by rs makes the GPU's canonical NaN.
+    const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const unsigned short pair = static_cast<unsigned short>(wd[k] >> (16 * j));
+        uint32_t h2;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+        h[4 * k + 2 * j] = f.x * rs;
+        h[4 * k + 2 * j + 1] = f.y * rs;
+      }
+#else
     // e4m3 codes through to_f32's integer and fp32 operations.
     Chunk<ST, VEC> c;
     c.u = u;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) h[e] = to_f32(c.e[e]) * rs;
+#endif
   }
 }
 
