@@ -6,7 +6,7 @@
  * state pools that serving engines keep:
  *
  *     dA    = exp(A * dt)
- *     state = dA * state + (B * dt) * x
+ *     state = dA * state + B * (dt * x)
  *     out   = (sum_n state * C + D * x) * silu(z)
  *
  * Conventions (apply to every function below):
