@@ -72,6 +72,24 @@ typedef struct ssu_cuda_direct_launch {
 } ssu_cuda_direct_launch;
 
 /*
+ * The Mamba-1 kernels (kernels/ssu_mamba1.cu), one token, N = 16, per-channel
+ * A: block k owns rows [t * SSU_CUDA_M1_THREADS, +SSU_CUDA_M1_THREADS) of head
+ * t / tiles_per_head (t = k % tiles, rows counted within the head) for the
+ * sequences [(k / tiles) * seqs, +seqs), seqs <= SSU_CUDA_M1_MAX_SEQS.
+ * Dynamic shared memory: SSU_CUDA_M1_THREADS / 32 * SSU_CUDA_M1_DEPTH * 512 *
+ * sizeof(state) bytes (each warp's ring of its 32 rows).
+ */
+#define SSU_CUDA_M1_THREADS 128
+#define SSU_CUDA_M1_MAX_SEQS 64
+#define SSU_CUDA_M1_DEPTH 4 /* sequences per warp in shared memory at once */
+typedef struct ssu_cuda_m1_launch {
+  ssu_update_params p;
+  int32_t tiles;          /* nheads * tiles_per_head                     */
+  int32_t tiles_per_head; /* ceil(dim / SSU_CUDA_M1_THREADS)             */
+  int32_t seqs;           /* sequences per block                         */
+} ssu_cuda_m1_launch;
+
+/*
  * The pipelined single-token kernels (kernels/ssu_pipelined.cu): a grid of
  * persistent blocks walks `items` = batch * nheads * tiles_per_head work
  * items with a stride of the grid size. Dynamic shared memory holds two

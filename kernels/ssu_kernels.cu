@@ -8,6 +8,7 @@
 #include "ssu_update.cu"
 #include "ssu_pipelined.cu"
 #include "ssu_direct.cu"
+#include "ssu_mamba1.cu"
 #include "ssu_mamba3.cu"
 #include "ssu_mamba3_pipe.cu"
 #include "ssu_replay.cu"

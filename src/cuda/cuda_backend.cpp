@@ -231,6 +231,22 @@ class CudaBackend final : public Backend {
         for (int i = 0; i < 3; ++i)
           direct_pc_fn_[s][i] = load_function(
               format("ssu_direct_%s_%s_pc", kDtypeNames[s], kDtypeNames[i]).c_str());
+      for (int s = 0; s < 3; ++s)
+        for (int i = 0; i < 3; ++i) {
+          m1_fn_[s][i] = load_function(
+              format("ssu_m1_%s_%s", kDtypeNames[s], kDtypeNames[i]).c_str());
+          // Resident blocks: by registers and by shared memory (static,
+          // the warps' rings and the 1 KiB the driver reserves per block).
+          int stat = 0;
+          check(d_, d_.FuncGetAttribute(&stat, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, m1_fn_[s][i]),
+                "cuFuncGetAttribute");
+          m1_resident_[s][i] = std::max<int64_t>(
+              1, std::min<int64_t>(blocks_by_registers(m1_fn_[s][i], kM1Threads),
+                                   smem_per_sm_ / (stat + m1_ring_bytes(s) + 1024)));
+        }
+      if (const char* e = std::getenv("SSU_CUDA_M1")) m1_mode_ = std::atoi(e) ? 1 : 0;
+      if (const char* e = std::getenv("SSU_CUDA_M1_SEQS"))
+        m1_seqs_ = std::max(0, std::min(kM1MaxSeqs, std::atoi(e)));
       if (const char* e = std::getenv("SSU_CUDA_DIRECT")) direct_mode_ = std::atoi(e) ? 1 : 0;
       if (const char* e = std::getenv("SSU_CUDA_DIRECT_K")) {
         const long v = std::strtol(e, nullptr, 10);
@@ -490,6 +506,7 @@ class CudaBackend final : public Backend {
       // pipelined ones, then the direct ones for the calls too small for
       // those; the simple kernels take the rest.
       if (direct_mode_ == 1 && execute_direct(p, si, ii, sr, stream)) return;
+      if (execute_m1(p, si, ii, sr, stream)) return;
       if (execute_pipelined(p, si, ii, sr, stream)) return;
       if (direct_mode_ != 0 && execute_direct(p, si, ii, sr, stream)) return;
     }
@@ -923,6 +940,45 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // Launches the Mamba-1 kernel (kernels/ssu_mamba1.cu) for a pipelined
+  // plan's call of its form (pipe_form and pipe_aligned hold: one token,
+  // dense f32 A rows, RN f32 / f16 / bf16 states) with N = 16; returns
+  // false, launching nothing, otherwise, or where the call has fewer than
+  // two (row tile, sequence) pairs per SM (the direct kernels take those).
+  // A block takes `seqs` sequences of its row tile: as many as make the
+  // call one wave of resident blocks (H200, ssu-bench --mamba1, f32 state:
+  // batch 64 best at 4 per block, 256 at 16, each about one wave).
+  static int64_t m1_ring_bytes(int si) {
+    return int64_t(kM1Threads / 32) * SSU_CUDA_M1_DEPTH * 512 * dtype_bytes(si);
+  }
+  bool execute_m1(const ssu_update_params& p, int si, int ii, int sr,
+                  ssu_stream_t stream) const {
+    if (m1_mode_ == 0 || p.ntokens != 1 || sr || si > 2 ||
+        !(p.features & SSU_F_A_PER_CHANNEL) || p.dstate != 16)
+      return false;
+    const CUfunction fn = m1_fn_[si][ii];
+    if (!fn) return false;
+    ssu_cuda_m1_launch L;
+    std::memset(&L, 0, sizeof L);
+    std::memcpy(&L.p, &p, sizeof p);
+    const int64_t tiles_per_head = (p.dim + kM1Threads - 1) / kM1Threads;
+    const int64_t tiles = p.nheads * tiles_per_head;
+    const int64_t pairs = tiles * p.batch;
+    const int64_t wave = m1_resident_[si][ii] * sms_;
+    if (m1_mode_ != 1 && pairs < 2 * int64_t(sms_)) return false;
+    int64_t seqs = m1_seqs_ > 0 ? m1_seqs_ : (pairs + wave - 1) / wave;
+    seqs = std::max<int64_t>(1, std::min<int64_t>({seqs, kM1MaxSeqs, p.batch}));
+    const int64_t blocks = tiles * ((p.batch + seqs - 1) / seqs);
+    if (tiles > INT32_MAX || blocks > INT32_MAX) return false;
+    L.tiles = static_cast<int32_t>(tiles);
+    L.tiles_per_head = static_cast<int32_t>(tiles_per_head);
+    L.seqs = static_cast<int32_t>(seqs);
+    const unsigned smem = static_cast<unsigned>(m1_ring_bytes(si));
+    void* args[] = {&L};
+    launch(fn, static_cast<unsigned>(blocks), kM1Threads, smem, stream, args, pdl(p));
+    return true;
+  }
+
   // Launches the pipelined kernel; returns false (launching nothing) for a
   // call too small to give every resident block a whole tile, where the
   // simple kernels' one-wave dim tiling is faster (H100: batch 1 at the
@@ -1243,6 +1299,15 @@ class CudaBackend final : public Backend {
   CUfunction direct_fn_[kUpdateStateDtypes][3][2] = {};
   CUfunction direct_pc_fn_[3][3] = {};  // the Mamba-1 form (per-channel A)
   int direct_mode_ = -1;
+  // SSU_CUDA_M1: unset (-1) = the Mamba-1 kernels take the pipelined plan's
+  // N = 16 per-channel calls that fill the GPU; 0 = never; 1 = every such
+  // call. SSU_CUDA_M1_SEQS: sequences per block (unset, 0: by call).
+  CUfunction m1_fn_[3][3] = {};
+  int m1_mode_ = -1;
+  int m1_seqs_ = 0;
+  static constexpr int kM1Threads = SSU_CUDA_M1_THREADS;
+  static constexpr int kM1MaxSeqs = SSU_CUDA_M1_MAX_SEQS;
+  int64_t m1_resident_[3][3] = {};  // resident blocks per SM
   // SSU_CUDA_DIRECT_K: 16-byte chunks per lane (unset, 0: chosen per call).
   int direct_chunks_per_lane_ = 0;
   // About the warps per SM below which longer warps measured slower.

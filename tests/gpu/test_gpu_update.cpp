@@ -184,6 +184,23 @@ TEST_CASE("gpu: large batches, every dtype pair, fast and general paths") {
       cases.push_back(m);
       ++k8;
     }
+  // The Mamba-1 form (N = 16, per-channel A) at batches whose calls the
+  // Mamba-1 kernels take by default: a batch that is no multiple of their
+  // sequences per block, three row tiles of which the last is partial
+  // (P = 320), padding, a destination pool; f32 and bf16 states.
+  for (ssu_dtype_t st : {SSU_DTYPE_F32, SSU_DTYPE_BF16}) {
+    UpdateCase c;
+    c.dtypes(st, st == SSU_DTYPE_F32 ? SSU_DTYPE_BF16 : SSU_DTYPE_F16, SSU_DTYPE_F32)
+        .shape(1, 1, 320, 16);
+    c.single();
+    c.mamba1();
+    c.batch = 301;
+    c.pad = Pad::Negative;
+    c.has_dst = st == SSU_DTYPE_BF16;
+    c.seed = seed++;
+    c.tag = "large_batch_mamba1";
+    cases.push_back(c);
+  }
   // The default serving shape at batch 512; odd strides force the general path.
   int li = 0;
   for (uint32_t layout : {uint32_t(kDense), uint32_t(kPadded), uint32_t(kOddPadded)}) {
