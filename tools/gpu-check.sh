@@ -90,6 +90,17 @@ if [ "${TESTS:-1}" != 0 ]; then
     SSU_CUDA_DIRECT=$dm "$build/tests/gpu/test_gpu_rounding" 2>&1 | tail -4
     note "test_gpu_rounding with SSU_CUDA_DIRECT=$dm: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   done
+  # The Mamba-1 kernels for every per-channel call of their form (by default
+  # they take only calls with two row tiles and sequences per SM), three
+  # sequences per block: runs shorter than their ring, padding, the table's
+  # layouts; and CPU / CUDA state bits with them.
+  t0=$(date +%s)
+  SSU_CUDA_M1=1 SSU_CUDA_M1_SEQS=3 SSU_TEST_FILTER=A_per_channel \
+    "$build/tests/gpu/test_gpu_update" --test-case='*table*' 2>&1 | tail -4
+  note "gpu table's per-channel cases with SSU_CUDA_M1=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+  t0=$(date +%s)
+  SSU_CUDA_M1=1 SSU_CUDA_M1_SEQS=3 "$build/tests/gpu/test_gpu_rounding" 2>&1 | tail -4
+  note "test_gpu_rounding with SSU_CUDA_M1=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   # The other GPU programs (rounding / CPU bit equality, Mamba-3, ...).
   for t in "$build"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] || continue
