@@ -218,12 +218,6 @@ typedef struct ssu_cuda_replay_launch {
                             B entries, then (f32 states) the call's B and
                             C rows; an append step's C rows (16-bit
                             states, several tokens)                     */
-  int32_t lean;     /* warp-per-head kernels with group_share, one token:
-                       warps try the lean append first (kernels/
-                       ssu_replay.cu, replay_lean)                      */
-  int32_t off_lean; /* block-level region of the lean path: this token's
-                       B and C rows (input dtype, each 16-byte aligned),
-                       then [32] f32 B . C dots                         */
 } ssu_cuda_replay_launch;
 
 #endif /* SSU_CUDA_LAUNCH_H_ */

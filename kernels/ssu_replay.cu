@@ -974,40 +974,6 @@ __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* 
   for (int t = lane; t < T; t += 32) s_dec[t] = ssu_math::exp(A_h * s_S[c + t]);
 }
 
-// A lane's KC chunks of one row step as fp32 v[k * VEC ..] (block-scaled
-// codes times `scale`).
-template <typename ST, int VEC, int KC>
-__device__ __forceinline__ void unpack_lane(const uint4* raw, float scale, float* v) {
-  constexpr bool QUANT = StateFormat<ST>::kScaled;
-#pragma unroll
-  for (int k = 0; k < KC; ++k) {
-    if constexpr (std::is_same<ST, bf16>::value) {
-      // a shift and a mask per pair's element (the generic conversion
-      // spends two operations on the high half: 128 of a one-token
-      // append's ~3900 instructions per warp)
-      const uint32_t w[4] = {raw[k].x, raw[k].y, raw[k].z, raw[k].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        v[k * VEC + 2 * i] = __uint_as_float(w[i] << 16);
-        v[k * VEC + 2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-      }
-    } else if constexpr (QUANT && sizeof(ST) == 1) {
-      // 8-bit codes as the plain update's kernels decode them (int8: a
-      // byte permute and a subtraction each), the same values.
-      scaled_chunk_to_f32<ST>(raw[k], scale, v + k * VEC);
-    } else {
-      Chunk<ST, VEC> cc;
-      cc.u = raw[k];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        float e = to_f32(cc.e[i]);
-        if constexpr (QUANT) e *= scale;
-        v[k * VEC + i] = e;
-      }
-    }
-  }
-}
-
 // ---- one warp per (sequence, head) ------------------------------------------
 // The kernels above stage a block's checkpoint tile in shared memory and
 // synchronize four warps at every phase; at serving batch their barriers
@@ -1033,251 +999,6 @@ template <typename ST>
 constexpr int kReplayWarpDepth = 4;
 template <typename ST>
 constexpr int kReplayWarpMinBlocks = (sizeof(ST) == 4 ? 4 : 5) * 128 / SSU_CUDA_REPLAY_THREADS;
-
-// ---- the lean one-token append ------------------------------------------------
-// A one-token append spent most of a warp's instructions outside its rows:
-// staging for any T, per-warp B . C dots, index arithmetic for every
-// layout (Nsight Compute, H200 bf16 batch 64: 52 % of the launch ran once
-// per warp). In a lean launch (L.lean: group_share, one token, L <= 32, at
-// most 128 rows per warp) a warp takes this path first:
-//  1. slot, its first row steps, this token's x, z (its rows), B and C (the
-//     block's, staged by all four warps together), A, delta and D, all in
-//     flight together; then the counters;
-//  2. the committed entries requested (x rows its own, B the block's), and
-//     the row loop while they arrive;
-//  3. B_j . C once per block (a quarter of the entries per warp), the
-//     weights, the ring sums and the outputs; the token's ring entries; the
-//     arrival count, the sequence's last warp writing the counters.
-// A sequence that flushes (or has bad counters, a padding or out-of-range
-// slot) returns false before anything is written, and its warps take the
-// general path (every warp of a block has the same sequence, so a block's
-// warps take the same path; both count warps in the pending counter).
-template <typename ST, typename IT>
-__device__ __forceinline__ bool replay_lean(const ssu_cuda_replay_launch& L) {
-  constexpr int VEC = 16 / sizeof(ST);
-  constexpr int KC = kReplayWarpEl / VEC;
-  constexpr bool QUANT = StateFormat<ST>::kScaled;
-  constexpr int NT = SSU_CUDA_REPLAY_THREADS;
-  constexpr int kRows = 4;  // rows per lane of a warp's outputs (P <= 128)
-  constexpr unsigned kAll = 0xffffffffu;
-  extern __shared__ __align__(16) unsigned char smem[];
-
-  const ssu_replay_params& rp = L.p;
-  const ssu_update_params& p = rp.u;
-  const uint32_t f = p.features;
-  const bool writes = !(f & SSU_F_DISABLE_UPDATE);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int parts = L.tiles_per_head;
-  const int P = L.rows_per_block, Pf = static_cast<int>(p.dim), N = static_cast<int>(p.dstate);
-  // Whole blocks of one sequence (group_share; the host checked
-  // batch * nheads * parts < 2^31).
-  const uint32_t per_seq = static_cast<uint32_t>(p.nheads) * parts;
-  const uint32_t item = blockIdx.x * SSU_CUDA_REPLAY_WARPS + warp;
-  const uint32_t b32 = item / per_seq;
-  const int in_seq = static_cast<int>(item - b32 * per_seq);
-  const int hh = in_seq / parts, part = in_seq - hh * parts;
-  const int64_t b = b32, h = hh;
-  const int64_t g = h / p.heads_per_group;
-  const int r0 = part * P;
-  const int grp = lane >> 3, l8 = lane & 7;
-
-  int64_t tok0;
-  int T;
-  const bool reporter = in_seq == 0 && lane == 0;
-  if (!replay_tokens(p, b, reporter, &tok0, &T)) return true;  // nothing of the slot
-  const int64_t slot =
-      (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
-  if (is_pad(slot, p.pad_slot_id) || slot >= p.nslots) return false;
-  const int64_t s = slot;
-
-  // ---- 1. first row steps, this call's inputs, then the counters ----------
-  const int kc = N / VEC / 8;
-  const int nsteps = (P + 3) / 4;
-  const ST* const ckpt = static_cast<const ST*>(p.state) + s * p.state_stride_slot +
-                         (h * static_cast<int64_t>(Pf) + r0) * N;
-  const uint4* const lane_src = reinterpret_cast<const uint4*>(ckpt + grp * N) + l8;
-  const int step_chunks = 4 * N / VEC;
-  const uint32_t step_bytes = static_cast<uint32_t>(step_chunks) * 16u;
-  auto load_step = [&](int rs, uint4* raw) {
-    const bool in = rs * 4 + grp < P;
-    const uint4* const src = reinterpret_cast<const uint4*>(
-        reinterpret_cast<const char*>(lane_src) + static_cast<uint32_t>(rs) * step_bytes);
-#pragma unroll
-    for (int k = 0; k < KC; ++k) {
-      if constexpr (sizeof(ST) != 4) raw[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (in && k < kc) raw[k] = __ldcs(src + 8 * k);
-    }
-  };
-  constexpr int DEPTH = kReplayWarpDepth<ST>;
-  uint4 raw[DEPTH][KC];
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d) {
-#pragma unroll
-    for (int k = 0; k < KC; ++k) raw[d][k] = make_uint4(0u, 0u, 0u, 0u);
-    load_step(d, raw[d]);
-  }
-  const int pfd = min(L.prefetch_steps, P / 4);  // L2 prefetch as the general path's
-  auto prefetch_steps = [&](int from, int count) {
-    if (lane == 0)
-      prefetch_l2(lane_src + from * step_chunks, static_cast<uint32_t>(count * step_chunks * 16));
-  };
-  if (pfd > DEPTH) prefetch_steps(DEPTH, pfd - DEPTH);
-
-  unsigned char* const ws = smem + static_cast<int64_t>(warp) * L.warp_slice;
-  IT* const s_xr = reinterpret_cast<IT*>(ws + L.off_xr);  // [c][P]
-  IT* const s_xt = reinterpret_cast<IT*>(ws + L.off_xt);  // [P]
-  IT* const s_z = reinterpret_cast<IT*>(ws + L.off_z);    // [P]
-  float* const s_y = reinterpret_cast<float*>(ws + L.off_y);  // [P] row dots
-  IT* const s_Br = reinterpret_cast<IT*>(smem + L.off_group_B);  // [c][N]
-  IT* const s_Bt = reinterpret_cast<IT*>(smem + L.off_lean);     // [N]
-  IT* const s_C = s_Bt + ((N * static_cast<int>(sizeof(IT)) + 15) & ~15) / sizeof(IT);
-  float* const s_gdot = reinterpret_cast<float*>(
-      s_C + ((N * static_cast<int>(sizeof(IT)) + 15) & ~15) / sizeof(IT));  // [32]
-
-  const IT* const Cg =
-      static_cast<const IT*>(p.C) + b * p.C_stride_b + tok0 * p.C_stride_t + g * p.C_stride_g;
-  stage_async<IT, NT>(s_Bt, static_cast<const IT*>(p.B) + b * p.B_stride_b +
-                                tok0 * p.B_stride_t + g * p.B_stride_g,
-                      0, 1, N, threadIdx.x);
-  stage_async<IT, NT>(s_C, Cg, 0, 1, N, threadIdx.x);
-  stage_async<IT, 32>(s_xt, static_cast<const IT*>(p.x) + b * p.x_stride_b + tok0 * p.x_stride_t +
-                                h * p.x_stride_h + r0,
-                      0, 1, P, lane);
-  if (f & SSU_F_HAS_Z)
-    stage_async<IT, 32>(s_z, static_cast<const IT*>(p.z) + b * p.z_stride_b +
-                                 tok0 * p.z_stride_t + h * p.z_stride_h + r0,
-                        0, 1, P, lane);
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-  float c0[KC * VEC];  // this token's C, the lane's elements of a row
-#pragma unroll
-  for (int k = 0; k < KC; ++k)
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) c0[k * VEC + i] = k < kc ? to_f32(Cg[(l8 + 8 * k) * VEC + i]) : 0.f;
-  const ReplaySeq q = replay_decide(rp, b, s, 1, reporter);
-  if (q.state != 2 || q.flush) {
-    // the general path stages into the same shared memory
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-    __syncthreads();
-    return false;
-  }
-  const int c = q.c, newc = q.newc, E = c + 1;  // E <= L <= 32
-
-  // ---- 2. the committed entries, and the rows while they arrive -----------
-  stage_async<IT, NT>(s_Br, static_cast<const IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
-                                g * rp.ring_B_stride_g,
-                      rp.ring_B_stride_l, c, N, threadIdx.x);
-  stage_async<IT, 32>(s_xr, static_cast<const IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                                h * rp.ring_x_stride_h + r0,
-                      rp.ring_x_stride_l, c, P, lane);
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-  for (int rs = 0; rs < nsteps; rs += DEPTH) {
-    {
-      const int from = rs + pfd, left = P / 4 - from;
-      if (pfd > DEPTH && left > 0) prefetch_steps(from, left < DEPTH ? left : DEPTH);
-    }
-    float part_dot[DEPTH];
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-      float v[KC * VEC];
-      unpack_lane<ST, VEC, KC>(raw[d], 1.f, v);
-      float dot = 0.f;
-#pragma unroll
-      for (int k = 0; k < KC; ++k)
-        if (k < kc)
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) dot = __fmaf_rn(v[k * VEC + i], c0[k * VEC + i], dot);
-      part_dot[d] = dot;
-      load_step(rs + d + DEPTH, raw[d]);
-    }
-    const int idx = transpose_reduce8<DEPTH>(part_dot, l8);
-    const int row = (rs + idx) * 4 + grp;
-    if (row < P && (l8 & (8 / DEPTH - 1)) == 0) s_y[row] = part_dot[0];
-  }
-
-  // ---- 3. weights, ring sums, outputs, appends ------------------------------
-  // (The per-head and per-row parameters are asked for only now: held in
-  // registers through the row loop, they made the 16-bit-state kernels
-  // spill in it.)
-  const float A_h = load_param(p.A, p.A_dtype, h * p.A_stride_h);
-  float delta_t =
-      load_param(p.dt, p.dt_dtype, b * p.dt_stride_b + tok0 * p.dt_stride_t + h * p.dt_stride_h);
-  if (f & SSU_F_HAS_DT_BIAS) delta_t += load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h);
-  const float dr = lane < c ? rp.ring_dt[s * rp.ring_dt_stride_s + lane * rp.ring_dt_stride_l +
-                                         h * rp.ring_dt_stride_h]
-                            : 0.f;
-  float dv[kRows], scale[kRows];  // D and the decode scale of rows lane + 32 k
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const int r = lane + 32 * k;
-    dv[k] = (f & SSU_F_HAS_D) && r < P
-                ? load_param(p.D, p.D_dtype, h * p.D_stride_h + (r0 + r) * p.D_stride_p)
-                : 0.f;
-    scale[k] = QUANT && r < P ? p.state_scale[s * p.state_scale_stride_slot + h * Pf + r0 + r]
-                              : 1.f;
-  }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-  __syncthreads();  // s_Br, s_Bt, s_C of every thread; s_y, s_xr, s_xt, s_z of the warp
-  // B_j . C for j <= c (j = c: this call's B): eight lanes an entry, the
-  // block's warps a quarter of the entries each.
-  for (int base = 4 * warp; base < E; base += 4 * SSU_CUDA_REPLAY_WARPS) {
-    const int j = min(base + grp, E - 1);
-    const float dot = entry_dot8(j < c ? s_Br + j * N : s_Bt, s_C, N, l8);
-    if (l8 == 0 && base + grp < E) s_gdot[j] = dot;
-  }
-  __syncthreads();
-  if (f & SSU_F_DT_SOFTPLUS) delta_t = softplus20(delta_t);
-  const float d = lane < c ? dr : (lane == c ? delta_t : 0.f);
-  float S = d;  // prefix sums S_j = delta_0 + .. + delta_j
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const float u = __shfl_up_sync(kAll, S, o);
-    if (lane >= o) S += u;
-  }
-  const float Sc = __shfl_sync(kAll, S, c);
-  const float coef = lane <= c ? ssu_math::exp(A_h * (Sc - S)) * d * s_gdot[lane] : 0.f;
-  const float coef_t = __shfl_sync(kAll, coef, c);
-  const float dec = ssu_math::exp(A_h * Sc);
-  IT* const out = static_cast<IT*>(p.out) + b * p.out_stride_b + tok0 * p.out_stride_t +
-                  h * p.out_stride_h + r0;
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    if (32 * k >= P) break;  // warp-uniform: the shuffles below
-    const int r = 32 * k + lane;
-    const int rr = r < P ? r : 0;
-    float acc = 0.f;
-    for (int j = 0; j < c; ++j) acc += __shfl_sync(kAll, coef, j) * to_f32(s_xr[j * P + rr]);
-    if (r < P) {
-      const float x = to_f32(s_xt[r]);
-      float y = s_y[r] * scale[k] * dec + (acc + coef_t * x + dv[k] * x);
-      if (f & SSU_F_HAS_Z) y *= silu(to_f32(s_z[r]));
-      out[r] = from_f32<IT>(y);
-    }
-  }
-  if (!writes) return true;
-  append_x_rows<IT, 32>(static_cast<IT*>(rp.ring_x) + s * rp.ring_x_stride_s +
-                            h * rp.ring_x_stride_h + newc * rp.ring_x_stride_l + r0,
-                        rp.ring_x_stride_l, s_xt, 1, P, lane);
-  if (part == 0) {
-    if (lane == 0)
-      rp.ring_dt[s * rp.ring_dt_stride_s + newc * rp.ring_dt_stride_l + h * rp.ring_dt_stride_h] =
-          delta_t;
-    if (hh % p.heads_per_group == 0)
-      append_x_rows<IT, 32>(static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s +
-                                g * rp.ring_B_stride_g + newc * rp.ring_B_stride_l,
-                            rp.ring_B_stride_l, s_Bt, 1, N, lane);
-  }
-  // Every ring entry and counter this warp reads is read: count it in; the
-  // sequence's last warp writes the counters.
-  int arrived = 0;
-  if (lane == 0) arrived = atomicAdd(rp.pending + s * rp.pending_stride, 0x10000);
-  const bool last =
-      __shfl_sync(kAll, (arrived >> 16 & 0x7fff) == static_cast<int>(per_seq) - 1, 0);
-  if (last) {
-    __threadfence();
-    write_shared_entries<IT, 32>(rp, b, s, tok0, 1, newc, lane, false);
-  }
-  return true;
-}
 
 template <typename ST, typename IT>
 __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L) {
@@ -1556,7 +1277,33 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // ---- rows -----------------------------------------------------------------
   // A lane's elements of row step rs as fp32 (decode scale applied when asked).
   auto unpack = [&](const uint4* raw, float scale, float* v) {
-    unpack_lane<ST, VEC, KC>(raw, scale, v);
+#pragma unroll
+    for (int k = 0; k < KC; ++k) {
+      if constexpr (std::is_same<ST, bf16>::value) {
+        // a shift and a mask per pair's element (the generic conversion
+        // spends two operations on the high half: 128 of a one-token
+        // append's ~3900 instructions per warp)
+        const uint32_t w[4] = {raw[k].x, raw[k].y, raw[k].z, raw[k].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[k * VEC + 2 * i] = __uint_as_float(w[i] << 16);
+          v[k * VEC + 2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+      } else if constexpr (QUANT && sizeof(ST) == 1) {
+        // 8-bit codes as the plain update's kernels decode them (int8: a
+        // byte permute and a subtraction each), the same values.
+        scaled_chunk_to_f32<ST>(raw[k], scale, v + k * VEC);
+      } else {
+        Chunk<ST, VEC> cc;
+        cc.u = raw[k];
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          float e = to_f32(cc.e[i]);
+          if constexpr (QUANT) e *= scale;
+          v[k * VEC + i] = e;
+        }
+      }
+    }
   };
   // The row's dot product with C_t over its 8 lanes.
   auto row_dot = [&](const float* v, const IT* Ct) {
@@ -1893,7 +1640,6 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
       ssu_replay_warp_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                 \
     pdl_wait();                                                                          \
-    if (L.lean && replay_lean<ST, IT>(L)) return;                                        \
     replay_warp_body<ST, IT>(L);                                                         \
   }
 #define SSU_REPLAY_KERNELS(SNAME, ST)            \

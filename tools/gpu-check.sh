@@ -101,11 +101,6 @@ if [ "${TESTS:-1}" != 0 ]; then
   t0=$(date +%s)
   SSU_CUDA_M1=1 SSU_CUDA_M1_SEQS=3 "$build/tests/gpu/test_gpu_rounding" 2>&1 | tail -4
   note "test_gpu_rounding with SSU_CUDA_M1=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
-  # The replay table with one-token appends on the warp kernels' general
-  # path (by default they take the lean one where the shape allows).
-  t0=$(date +%s)
-  SSU_CUDA_REPLAY_LEAN=0 "$build/tests/gpu/test_gpu_replay" 2>&1 | tail -4
-  note "test_gpu_replay with SSU_CUDA_REPLAY_LEAN=0: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   # The other GPU programs (rounding / CPU bit equality, Mamba-3, ...).
   for t in "$build"/tests/gpu/test_gpu_*; do
     [ -x "$t" ] && [ -f "$t" ] || continue

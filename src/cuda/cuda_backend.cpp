@@ -294,10 +294,6 @@ class CudaBackend final : public Backend {
       // writes an append's B and delta entries too (measurements, tests).
       if (const char* e = std::getenv("SSU_CUDA_REPLAY_EARLY_ENTRIES"))
         replay_early_entries_ = std::atoi(e) != 0;
-      // SSU_CUDA_REPLAY_LEAN=0: one-token appends on the general path too,
-      // not the lean one (kernels/ssu_replay.cu, replay_lean; measurements,
-      // tests).
-      if (const char* e = std::getenv("SSU_CUDA_REPLAY_LEAN")) replay_lean_ = std::atoi(e) != 0;
       for (int si = 0; si < kUpdateStateDtypes; ++si)
         for (int i = 0; i < 3; ++i) {
           replay_fn_[si][i] = load_streaming_kernel(
@@ -436,19 +432,6 @@ class CudaBackend final : public Backend {
       fn = replay_warp_fn_[si][ii];
       blocks = (bh * parts + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
       need = warp_need;
-      // One-token steps take the lean path (kernels/ssu_replay.cu,
-      // replay_lean): this token's B and C and the entries' B . C dots in a
-      // block-level region after the rest.
-      if (replay_lean_ && L.group_share && p.ntokens == 1 && !(rp.rflags & SSU_RF_FLUSH_OP) &&
-          rp.ring_len <= 32 && L.rows_per_block <= 128 && bh * parts < (int64_t{1} << 31)) {
-        const int64_t row = align16(p.dstate * dtype_bytes(ii));
-        const int64_t with = align16(need) + 2 * row + 32 * 4;
-        if (with <= max_smem_) {
-          L.lean = 1;
-          L.off_lean = static_cast<int32_t>(align16(need));
-          need = with;
-        }
-      }
     } else {
       // Whole heads per block once they fill the device four times over;
       // smaller row tiles (more blocks) below that.
@@ -1336,7 +1319,6 @@ class CudaBackend final : public Backend {
   int replay_prefetch_ = -1;  // SSU_CUDA_REPLAY_PREFETCH; -1: by state dtype
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
   bool replay_early_entries_ = true;  // SSU_CUDA_REPLAY_EARLY_ENTRIES
-  bool replay_lean_ = true;  // SSU_CUDA_REPLAY_LEAN
   bool replay_fold_f32_ = true;  // SSU_CUDA_REPLAY_FOLD_F32
   int replay_warp_ = -1;  // SSU_CUDA_REPLAY_WARP: 0 never, 1 always, -1 by batch
   int replay_warp_parts_ = 0;  // SSU_CUDA_REPLAY_WARP_PARTS; 0: by batch
