@@ -48,30 +48,14 @@ __device__ __forceinline__ void m1_body(const ssu_cuda_m1_launch& L) {
   const int64_t b0 = static_cast<int64_t>(run) * L.seqs;
   const int nb = static_cast<int>(min(static_cast<int64_t>(L.seqs), p.batch - b0));
   const int64_t g = h / p.heads_per_group;
-  const bool store = !(f & SSU_F_DISABLE_UPDATE);
-  const bool own_dst = store && (f & SSU_F_HAS_DST);
 
-  // The run's slots (-1: padding, or no store), B and C rows.
+  // The run's slots (-1: padding, or no store; as the pipelined kernels
+  // resolve them), B and C rows.
   for (int i = tid; i < nb; i += kM1Threads) {
     const int64_t b = b0 + i;
-    int64_t s = (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
-    bool pad = is_pad(s, p.pad_slot_id);
-    if (!pad && s >= p.nslots) {
-      if (tile == 0) report(p.error_word, SSU_BIT_INDEX);
-      pad = true;
-    }
-    int64_t d = -1;
-    if (!pad) {
-      d = own_dst ? load_index(p.dst_index, p.index_dtype, b * p.dst_stride_b) : (store ? s : -1);
-      if (own_dst && is_pad(d, p.pad_slot_id)) {
-        d = -1;
-      } else if (own_dst && d >= p.nslots) {
-        if (tile == 0) report(p.error_word, SSU_BIT_INDEX);
-        d = -1;
-      }
-    }
-    s_src[i] = pad ? -1 : s;
-    s_dst[i] = d;
+    const PipeSlots sl = pipe_resolve(p, pipe_load_indices(p, b), tile == 0);
+    s_src[i] = sl.src;
+    s_dst[i] = sl.dst;
   }
   for (int i = tid; i < nb * 16; i += kM1Threads) {
     const int64_t b = b0 + (i >> 4);

@@ -293,6 +293,13 @@ TEST_CASE("gpu: replay steps and flush ops captured in CUDA graphs (and with SSU
     c.pad = Pad::PadSlotId;
     c.seed = 4246;
     cases.push_back(c);
+    c = ReplayCase();
+    c.tag = "graph";  // one token, N = 128, groups of four heads: the lean append path
+    c.single().ring(16).run(40).dtypes(SSU_DTYPE_BF16, SSU_DTYPE_BF16).shape(8, 2, 32, 128);
+    c.speculative = true;
+    c.pad = Pad::PadSlotId;
+    c.seed = 4247;
+    cases.push_back(c);
   }
   for (const ReplayCase& c : selected(cases, false)) {
     CAPTURE(describe(c));
@@ -376,6 +383,16 @@ TEST_CASE("gpu: slot >= S, num_accepted > pending and bad counters set the error
     faults.push_back({c, ReplayFault::SlotOutOfRange, 4, false});
     faults.push_back({c, ReplayFault::AcceptedAbovePending, 4, false});
     faults.push_back({c, ReplayFault::CountersOutOfRange, 4, true});
+  }
+  {
+    // One token at N = 128 with groups of four heads: the lean append path.
+    ReplayCase c = base;
+    c.single().ring(16).shape(8, 2, 32, 128);
+    c.seed = 630;
+    faults.push_back({c, ReplayFault::SlotOutOfRange, 3, false});
+    faults.push_back({c, ReplayFault::AcceptedAbovePending, 3, false});
+    faults.push_back({c, ReplayFault::CountersOutOfRange, 2, false});
+    faults.push_back({c, ReplayFault::CountersOutOfRange, 5, true});
   }
   for (const Fault& f : faults) {
     ReplayOptions o;
