@@ -294,7 +294,7 @@ TEST_CASE("gpu: replay steps and flush ops captured in CUDA graphs (and with SSU
     c.seed = 4246;
     cases.push_back(c);
     c = ReplayCase();
-    c.tag = "graph";  // one token, N = 128, groups of four heads: the lean append path
+    c.tag = "graph";  // one token, N = 128, groups of four heads: the serving shape
     c.single().ring(16).run(40).dtypes(SSU_DTYPE_BF16, SSU_DTYPE_BF16).shape(8, 2, 32, 128);
     c.speculative = true;
     c.pad = Pad::PadSlotId;
@@ -385,7 +385,7 @@ TEST_CASE("gpu: slot >= S, num_accepted > pending and bad counters set the error
     faults.push_back({c, ReplayFault::CountersOutOfRange, 4, true});
   }
   {
-    // One token at N = 128 with groups of four heads: the lean append path.
+    // One token at N = 128 with groups of four heads: the warp kernels' serving shape.
     ReplayCase c = base;
     c.single().ring(16).shape(8, 2, 32, 128);
     c.seed = 630;
