@@ -569,6 +569,46 @@ std::vector<ReplayCase> replay_case_table() {
     c.speculative = true;
     add8(c);
   }
+  // 16-bit checkpoints whose inputs have their dtype, at the GPU warp-per-
+  // head kernels' shapes (dstate 128: two 16-byte chunks per lane and row;
+  // 64: one), with and without a shared group, an odd number of row steps
+  // (20 rows) and whole heads of 64 rows: one token per call first.
+  {
+    struct M {
+      ssu_dtype_t st;
+      int64_t h, g, p, n, L;
+    };
+    const M ms[] = {{BF16, 8, 2, 20, 128, 16}, {F16, 8, 2, 20, 128, 7},
+                    {BF16, 4, 4, 24, 64, 7},   {F16, 4, 1, 64, 64, 16},
+                    {BF16, 8, 1, 64, 128, 32}};
+    int i = 0;
+    for (const M& m : ms) {
+      ReplayCase c;
+      c.tag = "mma_dots";
+      c.single().ring(m.L).run(int(2 * m.L + 6)).shape(m.h, m.g, m.p, m.n).dtypes(m.st, m.st);
+      c.flush_exact = i % 2 == 0;
+      c.pad = i % 2 ? Pad::PadSlotId : Pad::Negative;
+      c.speculative = i == 3;
+      add(c);
+      ++i;
+    }
+    // Two and four tokens, whose row sums the GPU kernels take by tensor
+    // cores (a token pair per mma; with dstate 64 the lanes' second chunk is
+    // zero in both operands), and varlen calls mixing 1..4 tokens (one and
+    // three go the FMA way).
+    ReplayCase c;
+    c.tag = "mma_dots_tokens";
+    c.multi(4).ring(16).run(14).shape(8, 2, 20, 128).dtypes(F16, F16);
+    c.flush_exact = true;
+    c.speculative = true;
+    add(c);
+    c.multi(2).ring(7).run(16).shape(4, 4, 24, 64).dtypes(BF16, BF16);
+    c.pad = Pad::PadSlotId;
+    add(c);
+    c.varlen(4).ring(8).run(18).shape(8, 2, 20, 128).dtypes(BF16, BF16);
+    c.speculative = false;
+    add(c);
+  }
   return v;
 }
 
