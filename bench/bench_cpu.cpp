@@ -1,11 +1,11 @@
-// The CPU side of ssu-bench: host memory, a memcpy ceiling, per-row memcpy
+// The CPU side of ssu-bench: host memory, a copy ceiling, per-row memcpy
 // gathers and wall-clock timing of synchronous library calls.
 //
 // The copy ceiling is the fastest of memcpy and a streaming-store copy loop,
-// each on one thread and split over the context's worker count, each timed
-// on cold buffers (the last-level cache is swept between iterations, as the
-// update calls sweep it by rotating through a state pool several times its
-// size).
+// each on one thread and split over the context's worker count. Like the
+// update calls, which rotate through a state pool of cpu_rotation_bytes(),
+// the copies rotate through buffer pairs of about that many bytes in all, so
+// each copy finds its source and destination in memory, not in cache.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -19,7 +19,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "bench_device.h"
 
@@ -47,8 +51,6 @@ int resolve_threads(int threads) {
 
 }  // namespace
 
-// The largest CPU cache of cpu0 in bytes (32 MiB if sysfs does not say).
-// Also used by ssu_bench.cpp to size the state pool.
 // "model name" of /proc/cpuinfo, e.g. "Intel(R) Xeon(R) Processor @ 2.50GHz";
 // empty where the file does not say.
 static std::string cpu_model_name() {
@@ -89,6 +91,8 @@ size_t last_level_cache_bytes() {
   return best ? best : (size_t{32} << 20);
 }
 
+size_t cpu_rotation_bytes() { return 4 * last_level_cache_bytes(); }
+
 namespace {
 
 // ssu-bench's own copy loop: 16-byte loads and non-temporal 16-byte stores
@@ -119,6 +123,89 @@ void stream_copy(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 #endif
 }
+
+// Page-aligned, resident, zeroed host memory whose released blocks serve
+// later requests. A batch row builds a state pool of cpu_rotation_bytes()
+// (over a GiB where the last-level cache is hundreds of MiB), and in a
+// virtual machine a first touch costs microseconds per 4 KiB page: faulting
+// a fresh pool in for every row took longer than timing the row. A released
+// block serves a request of up to its size (and at least half of it), or
+// grows with mremap, which keeps its resident pages, so that only the new
+// tail is faulted in. No huge pages are asked for: the pages are those an
+// ordinary allocation of that size gets.
+class HostMemory {
+ public:
+  HostMemory() : page_(page_size()) {}
+  HostMemory(const HostMemory&) = delete;
+  HostMemory& operator=(const HostMemory&) = delete;
+  ~HostMemory() {
+    for (const auto& b : live_) munmap(b.first, b.second);
+    for (const Block& b : free_) munmap(b.ptr, b.bytes);
+  }
+
+  void* get(size_t bytes) {
+    const size_t want = (std::max<size_t>(bytes, 1) + page_ - 1) / page_ * page_;
+    Block b = take(want);
+    std::memset(b.ptr, 0, want);  // faults in what is new, clears what is reused
+    live_[b.ptr] = b.bytes;
+    return b.ptr;
+  }
+
+  void put(void* p) {
+    if (!p) return;
+    const auto it = live_.find(p);
+    if (it == live_.end()) throw std::logic_error("HostMemory::put: not a live block");
+    free_.push_back({p, it->second});
+    live_.erase(it);
+  }
+
+ private:
+  struct Block {
+    void* ptr;
+    size_t bytes;
+  };
+
+  static size_t page_size() {
+    const long n = sysconf(_SC_PAGESIZE);
+    return n > 0 ? size_t(n) : 4096;
+  }
+
+  // A block of at least `want` bytes: the smallest released one that fits
+  // without wasting more than half of it, else the largest smaller one
+  // grown, else a new mapping.
+  Block take(size_t want) {
+    size_t fit = free_.size(), grow = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i) {
+      const size_t n = free_[i].bytes;
+      if (n >= want && n / 2 <= want) {
+        if (fit == free_.size() || n < free_[fit].bytes) fit = i;
+      } else if (n < want) {
+        if (grow == free_.size() || n > free_[grow].bytes) grow = i;
+      }
+    }
+    if (fit != free_.size()) return pop(fit);
+    if (grow != free_.size()) {
+      Block b = pop(grow);
+      void* p = mremap(b.ptr, b.bytes, want, MREMAP_MAYMOVE);
+      if (p != MAP_FAILED) return {p, want};
+      free_.push_back(b);  // keep it; a new mapping instead
+    }
+    void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return {p, want};
+  }
+
+  Block pop(size_t i) {
+    const Block b = free_[i];
+    free_[i] = free_.back();
+    free_.pop_back();
+    return b;
+  }
+
+  size_t page_;
+  std::vector<Block> free_;
+  std::unordered_map<void*, size_t> live_;
+};
 
 // A fixed team of threads that runs one function per worker index; the
 // caller is worker 0. Used for the multi-threaded memcpy only.
@@ -181,25 +268,23 @@ class Team {
   const std::function<void(int)>* fn_ = nullptr;
 };
 
+// About the seconds of timed copying per copy ceiling (all four copies, every
+// round; more where kMinCopiesPerMedian copies take longer), so that rows of
+// hundreds of MiB take a few copies each rather than a fixed count.
+constexpr double kCopyBudgetSeconds = 0.25;
+// Each median takes between these many copies (at most the caller's count).
+constexpr int kMinCopiesPerMedian = 3, kMaxCopiesPerMedian = 15;
+
 class CpuBenchDevice final : public BenchDevice {
  public:
   CpuBenchDevice(ssu_context_t ctx, int threads)
-      : name_(describe(ctx)),
-        team_(resolve_threads(threads)),
-        sweep_(2 * last_level_cache_bytes() / sizeof(uint64_t), 1) {}
+      : name_(describe(ctx)), team_(resolve_threads(threads)) {}
 
   std::string name() const override { return name_; }
 
-  void* alloc(size_t bytes) override {
-    // Page-aligned, and touched here so that page faults are not timed.
-    const size_t align = 4096;
-    const size_t rounded = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
-    void* p = std::aligned_alloc(align, rounded);
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, rounded);
-    return p;
-  }
-  void release(void* p) override { std::free(p); }
+  // Page-aligned and touched (HostMemory), so that page faults are not timed.
+  void* alloc(size_t bytes) override { return memory_.get(bytes); }
+  void release(void* p) override { memory_.put(p); }
   void upload(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
@@ -208,46 +293,30 @@ class CpuBenchDevice final : public BenchDevice {
     std::memcpy(dst, src, bytes);
   }
 
+  // Pair 0 is (dst, src), the rest of the rotation lies in the arena.
   CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) override {
-    // Each iteration first sweeps the last-level cache (twice its size), so
-    // the four medians take at most 15 iterations each.
-    iters = std::min(std::max(iters, 1), 15);
-    CopyTiming best;
-    for (const bool streaming : {false, true}) {
-      void (*const copy)(void*, const void*, size_t) =
-          streaming ? stream_copy : [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); };
-      for (int threads : {1, team_.size()}) {
-        std::vector<double> t;
-        t.reserve(iters);
-        for (int i = 0; i < iters + 1; ++i) {
-          sweep_cache();
-          const auto t0 = Clock::now();
-          if (threads == 1) {
-            copy(dst, src, bytes);
-          } else {
-            const size_t chunk = (bytes / threads + 63) / 64 * 64;
-            team_.run([&](int w) {
-              const size_t begin = std::min(bytes, chunk * w);
-              const size_t end = std::min(bytes, begin + chunk);
-              copy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin,
-                   end - begin);
-            });
-          }
-          const auto t1 = Clock::now();
-          if (i > 0) t.push_back(std::chrono::duration<double>(t1 - t0).count());
-        }
-        const double m = median(t);
-        double& own = streaming ? best.kernel_s : best.memcpy_s;
-        if (own == 0.0 || m < own) own = m;
-        if (best.best_s == 0.0 || m < best.best_s) {
-          best.best_s = m;
-          best.winner = std::string(streaming ? "streaming copy" : "memcpy") + " (" +
-                        std::to_string(threads) + (threads == 1 ? " thread)" : " threads)");
-        }
-        if (team_.size() == 1) break;
-      }
+    const size_t stride = page_round(bytes), pairs = rotation_pairs(bytes);
+    char* arena = rotation_arena((pairs - 1) * 2 * stride);
+    std::vector<char*> to{static_cast<char*>(dst)};
+    std::vector<const char*> from{static_cast<const char*>(src)};
+    for (size_t k = 1; k < pairs; ++k) {
+      from.push_back(arena + (2 * k - 2) * stride);
+      to.push_back(arena + (2 * k - 1) * stride);
     }
-    return best;
+    return time_rotation(to, from, bytes, iters);
+  }
+
+  // Every pair in the arena, which is faulted in once for the whole run.
+  CopyTiming time_copy_of(size_t bytes, int iters) override {
+    const size_t stride = page_round(bytes), pairs = rotation_pairs(bytes);
+    char* arena = rotation_arena(pairs * 2 * stride);
+    std::vector<char*> to;
+    std::vector<const char*> from;
+    for (size_t k = 0; k < pairs; ++k) {
+      from.push_back(arena + 2 * k * stride);
+      to.push_back(arena + (2 * k + 1) * stride);
+    }
+    return time_rotation(to, from, bytes, iters);
   }
 
   void enqueue_copy(void* dst, const void* src, size_t bytes, ssu_stream_t, bool) override {
@@ -318,17 +387,110 @@ class CpuBenchDevice final : public BenchDevice {
     return name.empty() ? "cpu" : name;
   }
 
-  // Reads a buffer twice the last-level cache, evicting previous copies.
-  void sweep_cache() {
-    uint64_t acc = 0;
-    for (size_t i = 0; i < sweep_.size(); i += 8) acc += sweep_[i];
-    sink_ += acc;
+  // Pairs lie whole pages apart, as separate allocations would.
+  static size_t page_round(size_t bytes) {
+    return (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  }
+
+  // Buffer pairs for copies of `bytes` bytes: about cpu_rotation_bytes() in
+  // all, and at least two, so that a pair comes round again only after
+  // more than the last-level cache of other copies.
+  static size_t rotation_pairs(size_t bytes) {
+    return std::max<size_t>(2, cpu_rotation_bytes() / (2 * page_round(bytes)));
+  }
+
+  // The four copies (memcpy and the streaming loop, each on one thread and
+  // on the team) in kCpuCopyRounds rounds; a round times each copy as the
+  // median of k copies, interleaved so that a burst of other work on the
+  // machine spoils one round of every copy rather than all rounds of one.
+  // Each copy's time is its best round. Consecutive copies use consecutive
+  // pairs of (to, from), so that each finds its buffers out of cache.
+  CopyTiming time_rotation(const std::vector<char*>& to, const std::vector<const char*>& from,
+                           size_t bytes, int iters) {
+    const size_t pairs = to.size();
+    size_t next = 0;  // the pair the next copy uses
+    struct Variant {
+      bool streaming;
+      int threads;
+      double best_s;  // the best round's median so far (0: none yet)
+    };
+    std::vector<Variant> variants;
+    for (const bool streaming : {false, true}) {
+      variants.push_back({streaming, 1, 0.0});
+      if (team_.size() > 1) variants.push_back({streaming, team_.size(), 0.0});
+    }
+    auto copy_once = [&](const Variant& v) {
+      const size_t p = next++ % pairs;
+      const auto t0 = Clock::now();
+      copy(v.streaming, v.threads, to[p], from[p], bytes);
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+
+    // One untimed copy of each wakes the team and sizes the medians.
+    double slowest = 0.0;
+    for (const Variant& v : variants) slowest = std::max(slowest, copy_once(v));
+    const double per_round = double(variants.size() * kCpuCopyRounds) * std::max(slowest, 1e-9);
+    const int cap = std::max(kMinCopiesPerMedian, std::min(iters, kMaxCopiesPerMedian));
+    const int k = std::max(kMinCopiesPerMedian,
+                           std::min(cap, static_cast<int>(kCopyBudgetSeconds / per_round)));
+
+    std::vector<double> t(static_cast<size_t>(k));
+    for (int round = 0; round < kCpuCopyRounds; ++round) {
+      for (Variant& v : variants) {
+        for (double& s : t) s = copy_once(v);
+        const double m = median(t);
+        if (v.best_s == 0.0 || m < v.best_s) v.best_s = m;
+      }
+    }
+
+    CopyTiming best;
+    for (const Variant& v : variants) {
+      double& own = v.streaming ? best.kernel_s : best.memcpy_s;
+      if (own == 0.0 || v.best_s < own) own = v.best_s;
+      if (best.best_s == 0.0 || v.best_s < best.best_s) {
+        best.best_s = v.best_s;
+        best.winner = std::string(v.streaming ? "streaming copy" : "memcpy") + " (" +
+                      std::to_string(v.threads) + (v.threads == 1 ? " thread)" : " threads)");
+      }
+    }
+    return best;
+  }
+
+  // One copy of `bytes` bytes, on one thread or split over the team in
+  // cache-line-aligned chunks.
+  void copy(bool streaming, int threads, char* dst, const char* src, size_t bytes) {
+    void (*const fn)(void*, const void*, size_t) =
+        streaming ? stream_copy : [](void* d, const void* s, size_t n) { std::memcpy(d, s, n); };
+    if (threads == 1) {
+      fn(dst, src, bytes);
+      return;
+    }
+    const size_t chunk = (bytes / size_t(threads) + 63) / 64 * 64;
+    team_.run([&](int w) {
+      const size_t begin = std::min(bytes, chunk * size_t(w));
+      const size_t end = std::min(bytes, begin + chunk);
+      fn(dst + begin, src + begin, end - begin);
+    });
+  }
+
+  // At least `bytes` bytes for the copy rotation, kept from row to row
+  // (grown when a row needs more).
+  char* rotation_arena(size_t bytes) {
+    if (arena_bytes_ < bytes) {
+      memory_.put(arena_);
+      arena_ = nullptr;
+      arena_bytes_ = 0;
+      arena_ = static_cast<char*>(memory_.get(bytes));
+      arena_bytes_ = bytes;
+    }
+    return arena_;
   }
 
   std::string name_;
+  HostMemory memory_;  // before team_ and arena_: outlives their use
   Team team_;
-  std::vector<uint64_t> sweep_;
-  volatile uint64_t sink_ = 0;
+  char* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
 };
 
 }  // namespace

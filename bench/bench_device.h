@@ -55,6 +55,24 @@ class BenchDevice {
   // The copy ceiling of `bytes` bytes (src -> dst, both from alloc()): each
   // of the device's copies timed the same way operations are.
   virtual CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) = 0;
+  // The copy ceiling of `bytes` bytes between buffers of the device's
+  // choosing: by default a fresh source and destination from alloc(); the
+  // CPU copies within a rotation it keeps for the whole run.
+  virtual CopyTiming time_copy_of(size_t bytes, int iters) {
+    void* src = alloc(bytes);
+    void* dst = nullptr;
+    try {
+      dst = alloc(bytes);
+      const CopyTiming c = time_copy(dst, src, bytes, iters);
+      release(dst);
+      release(src);
+      return c;
+    } catch (...) {
+      if (dst) release(dst);
+      release(src);
+      throw;
+    }
+  }
   // Median seconds per operation of op(i % n, stream), rotating through the
   // n operations so that consecutive ones touch different memory.
   virtual double time_ops(const Op& op, size_t n, int iters) = 0;
@@ -124,6 +142,12 @@ class BenchDevice {
 std::unique_ptr<BenchDevice> make_cpu_bench_device(ssu_context_t ctx, int threads);
 // The largest CPU cache in bytes (32 MiB if the system does not say).
 size_t last_level_cache_bytes();
+// On the CPU, the bytes that a configuration's calls (its state pool) and the
+// copy ceiling's copies rotate through: 4x the last-level cache, so that each
+// finds its data in memory.
+size_t cpu_rotation_bytes();
+// The CPU copy ceiling times each copy in this many rounds and keeps its best.
+constexpr int kCpuCopyRounds = 3;
 // On CUDA, the bytes that a configuration's calls (its state pool) and the
 // copy ceiling's copies rotate through, so that each finds its data out of
 // L2 (50-60 MB on Hopper).

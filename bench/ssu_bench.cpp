@@ -121,8 +121,10 @@ const char kUsage[] =
     "  D  H*4;  xproj, zproj, outproj  R*H*P*4 each;  src, dst slots  Bt*4 each\n"
     "bandwidth = bytes / median time; copy = a copy of bytes/2 bytes (which moves\n"
     "the same number of bytes: each read once and written once), from cold memory:\n"
-    "CUDA copies rotate through buffer pairs of at least 256 MiB in all, the CPU\n"
-    "sweeps its caches before each copy. Ratios are to the faster copy.\n"
+    "copies rotate through buffer pairs of at least 256 MiB in all (CUDA) or about\n"
+    "4x the last-level cache in all (CPU; each copy there is timed as the best of\n"
+    "three medians, and its iterations are scaled to the bytes). Ratios are to the\n"
+    "faster copy.\n"
     "\n"
     "Calls rotate through disjoint random sets of slots of a state pool of at least\n"
     "4x the last-level cache (CPU) or 256 MiB (CUDA), with model-like random data.\n"
@@ -475,9 +477,7 @@ Timed measure(BenchDevice* dev, const Op& op, size_t n, int iters, bool cuda) {
 // The copy ceiling for `bytes` bytes that must move: bytes/2 read and
 // bytes/2 written.
 CopyTiming time_matched_copy(BenchDevice* dev, size_t bytes, int iters) {
-  const size_t half = bytes / 2;
-  Buffer src(dev, half), dst(dev, half);
-  return dev->time_copy(dst.ptr, src.ptr, half, std::min(std::max(iters, 10), 200));
+  return dev->time_copy_of(bytes / 2, std::min(std::max(iters, 10), 200));
 }
 
 // Plan creation that may fail because the library cannot run this
@@ -988,6 +988,7 @@ struct Report {
   std::string replay_algorithm;  // replay mode: the replay plan's algorithm
   std::string replay_skipped;    // replay mode: why replay was not timed
   std::string config_json, bytes_formula;
+  std::string ceiling;  // CPU: how the copy ceiling was measured
   std::vector<std::string> rows;
   std::string skipped;  // why the configuration was skipped, if it was
   std::string error;    // why the sweep stopped, if it failed
@@ -1017,6 +1018,8 @@ void write_json(const std::string& path, const Options& o, const Report& r) {
   std::fprintf(f, "  \"mode\": \"%s\",\n", r.mode.c_str());
   std::fprintf(f, "  \"config\": %s,\n", r.config_json.c_str());
   std::fprintf(f, "  \"bytes_formula\": \"%s\",\n", json_escape(r.bytes_formula).c_str());
+  if (!r.ceiling.empty())
+    std::fprintf(f, "  \"copy_ceiling\": \"%s\",\n", json_escape(r.ceiling).c_str());
   if (r.launch_param_bytes)
     std::fprintf(f,
                  "  \"launch_floor_us\": %.3f,\n  \"launch_param_bytes\": %zu,\n"
@@ -1068,11 +1071,10 @@ void print_header(const Report& rep, double best_copy, bool cuda, const std::str
   std::printf("\nssu-bench %s | %s backend | device: %s%s%s | algorithm: %s\n",
               ssu_version_string(), rep.backend.c_str(), rep.device.c_str(),
               rep.driver.empty() ? "" : ", ", rep.driver.c_str(), rep.algorithm.c_str());
-  std::printf("copy ceiling: %s of the same bytes, up to %.2f GB/s in this run\n",
+  std::printf("copy ceiling: %s, up to %.2f GB/s in this run\n",
               cuda ? "the faster of a graph-captured device-to-device memcpy and a 16-byte "
-                     "vectorized copy kernel (each rotated over 256 MiB)"
-                   : "the fastest of memcpy and a streaming-store copy loop, each on one and "
-                     "on all threads",
+                     "vectorized copy kernel (each rotated over 256 MiB) of the same bytes"
+                   : rep.ceiling.c_str(),
               best_copy);
   if (rep.launch_param_bytes)
     std::printf("launch floor: %.2f us of host time per cuLaunchKernel of an empty kernel with a "
@@ -1826,6 +1828,13 @@ int run(const Options& o) {
   rep.driver = dev->driver();
   rep.backend = ssu_backend_name(backend);
   rep.date = utc_now();
+  if (!env.cuda)
+    rep.ceiling = format("the fastest of memcpy and a streaming-store copy loop, each on one and "
+                         "on all threads, of the same bytes (each row's own, copied between "
+                         "buffer pairs rotated over about %zu MiB, 4x the %zu MiB last-level "
+                         "cache; each copy's time the best of %d medians)",
+                         cpu_rotation_bytes() / kMiB, last_level_cache_bytes() / kMiB,
+                         kCpuCopyRounds);
   rep.launch_floor_us =
       dev->launch_floor(200, &rep.launch_param_bytes, &rep.launch_small_us) * 1e6;
   rep.launch_small_us *= 1e6;
