@@ -1,6 +1,7 @@
 // ssu-bench: times a model-shaped selective state update on one backend and
 // compares its bandwidth with the device's own copy of the same bytes.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -9,12 +10,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_cli.h"
@@ -355,17 +358,29 @@ uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | (ax >> 13));
 }
 
-// Appends `values` converted to `dtype` to raw bytes.
-std::vector<unsigned char> encode(const std::vector<float>& values, ssu_dtype_t dtype) {
-  std::vector<unsigned char> out(values.size() * ssu_dtype_size(dtype));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == SSU_DTYPE_F32) {
-      std::memcpy(&out[i * 4], &values[i], 4);
-    } else {
-      const uint16_t h = dtype == SSU_DTYPE_BF16 ? f32_to_bf16(values[i]) : f32_to_f16(values[i]);
-      std::memcpy(&out[i * 2], &h, 2);
+// `n` values converted to `dtype` (f32, bf16, f16) at `out`. One loop per
+// dtype: a dtype test per element kept the f32 case from being one copy.
+void encode_into(const float* values, size_t n, ssu_dtype_t dtype, unsigned char* out) {
+  if (n == 0) return;
+  if (dtype == SSU_DTYPE_F32) {
+    std::memcpy(out, values, n * sizeof(float));
+  } else if (dtype == SSU_DTYPE_BF16) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = f32_to_bf16(values[i]);
+      std::memcpy(out + i * 2, &h, 2);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = f32_to_f16(values[i]);
+      std::memcpy(out + i * 2, &h, 2);
     }
   }
+}
+
+// `values` converted to `dtype` as raw bytes.
+std::vector<unsigned char> encode(const std::vector<float>& values, ssu_dtype_t dtype) {
+  std::vector<unsigned char> out(values.size() * ssu_dtype_size(dtype));
+  encode_into(values.data(), values.size(), dtype, out.data());
   return out;
 }
 
@@ -526,9 +541,17 @@ std::string algorithm_of(ssu_plan_t plan) {
 class FastRng {
  public:
   explicit FastRng(Rng& rng) : s_(rng.gen()()) {}
+  // The generator after `n` more calls of sum2(): each call advances the
+  // state by one fixed step, so the threads of a fill can each start at
+  // their own chunk and still give the values that one thread would.
+  FastRng ahead(uint64_t n) const {
+    FastRng r(*this);
+    r.s_ += n * kStep;
+    return r;
+  }
   // The sum of two uniforms in (-1, 1) from 24 bits each: sigma ~0.82.
   float sum2() {
-    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (s_ += kStep);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     const uint64_t r = z ^ (z >> 31);
@@ -538,27 +561,24 @@ class FastRng {
   }
 
  private:
+  static constexpr uint64_t kStep = 0x9e3779b97f4a7c15ull;
   uint64_t s_;
 };
 
-// Fills `count` values of `dtype` (f32, bf16, f16) at the start of `buf`
-// with roughly normal values of standard deviation `sigma`, never zero.
-void fill_normalish(BenchDevice* dev, Buffer& buf, size_t count, ssu_dtype_t dtype, float sigma,
-                    Rng& rng) {
-  const size_t chunk = size_t{4} << 20;  // values per upload
-  const float scale = sigma / 0.8165f;
-  FastRng fr(rng);
-  std::vector<float> v;
-  for (size_t i0 = 0; i0 < count; i0 += chunk) {
-    const size_t n = std::min(chunk, count - i0);
-    v.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float x = scale * fr.sum2();
-      v[i] = x != 0.0f ? x : 0.25f * sigma;
-    }
-    const auto bytes = encode(v, dtype);
-    dev->upload(buf.at(i0 * ssu_dtype_size(dtype)), bytes.data(), bytes.size());
-  }
+// Runs work(0), ..., work(n - 1) over the machine's hardware threads (at
+// most `max_threads`) and returns when all are done. For filling buffers
+// only, which is not timed: a state pool of over a GiB took seconds per
+// batch row on one thread. `work` must not throw.
+void on_threads(size_t n, size_t max_threads, const std::function<void(size_t)>& work) {
+  const size_t threads = std::min(n, max_threads);
+  std::atomic<size_t> next{0};
+  const auto loop = [&] {
+    for (size_t i = next++; i < n; i = next++) work(i);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(loop);
+  loop();
+  for (std::thread& h : helpers) h.join();
 }
 
 // The OCP FP8 E4M3 code nearest to x (|x| <= 448), ties to the even code:
@@ -576,6 +596,93 @@ uint8_t e4m3_nearest(float x) {
   return static_cast<uint8_t>(sign | code);
 }
 
+// Quantizes `rows` rows of N values as the library stores a block-scaled
+// row (i16, i8, f8e4m3): the codes at `q`, each row's decode scale at `sc`.
+void quantize_rows(const float* v, size_t rows, size_t N, ssu_dtype_t dtype, unsigned char* q,
+                   float* sc) {
+  const float qmax = dtype == SSU_DTYPE_I16 ? 32767.0f
+                     : dtype == SSU_DTYPE_I8  ? 127.0f
+                                              : 448.0f;
+  for (size_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (size_t k = 0; k < N; ++k) amax = std::max(amax, std::fabs(v[r * N + k]));
+    const float enc = amax == 0.0f ? 1.0f : qmax / amax;
+    sc[r] = 1.0f / enc;
+    for (size_t k = 0; k < N; ++k) {
+      const size_t i = r * N + k;
+      const float c = std::min(qmax, std::max(-qmax, v[i] * enc));
+      if (dtype == SSU_DTYPE_F8E4M3) {
+        q[i] = e4m3_nearest(c);
+      } else if (dtype == SSU_DTYPE_I8) {
+        q[i] = static_cast<unsigned char>(static_cast<int8_t>(std::nearbyint(c)));
+      } else {
+        const int16_t c16 = static_cast<int16_t>(std::nearbyint(c));
+        std::memcpy(&q[i * 2], &c16, 2);
+      }
+    }
+  }
+}
+
+// At most this many threads fill a buffer, each with a chunk of about 4 Mi
+// values in flight (host memory: 16-32 MiB per thread).
+constexpr size_t kMaxFillThreads = 8;
+
+// Fills `rows` rows of N values of `dtype` at the start of `buf`: value i is
+// mult * (the i-th sum2() of `fr`), or `instead` where that is zero. A
+// block-scaled dtype gets each row quantized (quantize_rows) with its
+// scale in `scale`. Chunks of rows are generated on several threads and
+// uploaded in order from this one (the CUDA driver's context is this
+// thread's); the bytes are the same whatever the thread count.
+void fill_values(BenchDevice* dev, Buffer& buf, Buffer* scale, size_t rows, size_t N,
+                 ssu_dtype_t dtype, float mult, float instead, const FastRng& fr) {
+  const size_t chunk_rows = std::max<size_t>(1, (size_t{4} << 20) / N);  // per upload
+  const size_t es = ssu_dtype_size(dtype);
+  const bool scaled = is_scaled(dtype), raw_f32 = dtype == SSU_DTYPE_F32;
+  const size_t lanes = std::min<size_t>(
+      kMaxFillThreads, std::max(1u, std::thread::hardware_concurrency()));
+  struct Lane {
+    std::vector<float> values, scales;
+    std::vector<unsigned char> codes;  // what is uploaded unless the values are (f32)
+  };
+  std::vector<Lane> lane(std::min(lanes, (rows + chunk_rows - 1) / chunk_rows));
+  const size_t lane_rows = std::min(chunk_rows, rows);
+  for (Lane& l : lane) {
+    l.values.resize(lane_rows * N);
+    if (!raw_f32) l.codes.resize(lane_rows * N * es);
+    if (scaled) l.scales.resize(lane_rows);
+  }
+  for (size_t g0 = 0; g0 < rows; g0 += lane.size() * chunk_rows) {
+    const size_t chunks = std::min(lane.size(), (rows - g0 + chunk_rows - 1) / chunk_rows);
+    on_threads(chunks, lane.size(), [&](size_t c) {
+      const size_t r0 = g0 + c * chunk_rows, n = std::min(chunk_rows, rows - r0) * N;
+      Lane& l = lane[c];
+      FastRng g = fr.ahead(r0 * N);
+      for (size_t i = 0; i < n; ++i) {
+        const float x = mult * g.sum2();
+        l.values[i] = x != 0.0f ? x : instead;
+      }
+      if (scaled)
+        quantize_rows(l.values.data(), n / N, N, dtype, l.codes.data(), l.scales.data());
+      else if (!raw_f32)
+        encode_into(l.values.data(), n, dtype, l.codes.data());
+    });
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t r0 = g0 + c * chunk_rows, nr = std::min(chunk_rows, rows - r0);
+      const Lane& l = lane[c];
+      const void* bytes = raw_f32 ? static_cast<const void*>(l.values.data()) : l.codes.data();
+      dev->upload(buf.at(r0 * N * es), bytes, nr * N * es);
+      if (scaled) dev->upload(scale->at(r0 * 4), l.scales.data(), nr * 4);
+    }
+  }
+}
+
+// Fills `count` values of `dtype` (f32, bf16, f16) at the start of `buf`
+// with roughly normal values of standard deviation `sigma`, never zero.
+void fill_normalish(BenchDevice* dev, Buffer& buf, size_t count, ssu_dtype_t dtype, float sigma,
+                    Rng& rng) {
+  fill_values(dev, buf, nullptr, count, 1, dtype, sigma / 0.8165f, 0.25f * sigma, FastRng(rng));
+}
+
 // Fills `rows` state rows of N elements with values spread like a trained
 // state (roughly N(0, 0.5) as the sum of two uniforms, never zero), with a
 // fast generator: pools reach gigabytes on GPUs. A block-scaled pool (i16,
@@ -583,48 +690,7 @@ uint8_t e4m3_nearest(float x) {
 // codes, decode scale in `scale`).
 void fill_state(BenchDevice* dev, Buffer& buf, Buffer* scale, size_t rows, size_t N,
                 ssu_dtype_t dtype, Rng& rng) {
-  const size_t chunk_rows = std::max<size_t>(1, (size_t{4} << 20) / N);  // per upload
-  FastRng fr(rng);
-  std::vector<float> v;
-  for (size_t r0 = 0; r0 < rows; r0 += chunk_rows) {
-    const size_t nr = std::min(chunk_rows, rows - r0), n = nr * N;
-    v.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float x = 0.6f * fr.sum2();
-      v[i] = x != 0.0f ? x : 0.25f;
-    }
-    if (is_scaled(dtype)) {
-      const size_t es = ssu_dtype_size(dtype);
-      const float qmax = dtype == SSU_DTYPE_I16 ? 32767.0f
-                         : dtype == SSU_DTYPE_I8  ? 127.0f
-                                                  : 448.0f;
-      std::vector<unsigned char> q(n * es);
-      std::vector<float> sc(nr);
-      for (size_t r = 0; r < nr; ++r) {
-        float amax = 0.0f;
-        for (size_t k = 0; k < N; ++k) amax = std::max(amax, std::fabs(v[r * N + k]));
-        const float enc = amax == 0.0f ? 1.0f : qmax / amax;
-        sc[r] = 1.0f / enc;
-        for (size_t k = 0; k < N; ++k) {
-          const size_t i = r * N + k;
-          const float c = std::min(qmax, std::max(-qmax, v[i] * enc));
-          if (dtype == SSU_DTYPE_F8E4M3) {
-            q[i] = e4m3_nearest(c);
-          } else if (dtype == SSU_DTYPE_I8) {
-            q[i] = static_cast<unsigned char>(static_cast<int8_t>(std::nearbyint(c)));
-          } else {
-            const int16_t c16 = static_cast<int16_t>(std::nearbyint(c));
-            std::memcpy(&q[i * 2], &c16, 2);
-          }
-        }
-      }
-      dev->upload(buf.at(r0 * N * es), q.data(), n * es);
-      dev->upload(scale->at(r0 * 4), sc.data(), nr * 4);
-    } else {
-      const auto bytes = encode(v, dtype);
-      dev->upload(buf.at(r0 * N * ssu_dtype_size(dtype)), bytes.data(), bytes.size());
-    }
-  }
+  fill_values(dev, buf, scale, rows, N, dtype, 0.6f, 0.25f, FastRng(rng));
 }
 
 // A random permutation of `slots` slots, uploaded as int32.
