@@ -58,8 +58,11 @@ const char kUsage[] =
     "\n"
     "options:\n"
     "  --backend auto|cpu|cuda  backend (default auto: CUDA if usable, else CPU)\n"
-    "  --batch LIST             comma-separated batch sizes (default CPU\n"
-    "                           1,2,4,8,16,32,64; CUDA 1,2,...,512)\n"
+    "  --batch LIST             comma-separated batch sizes (default CPU 1,8,64;\n"
+    "                           CUDA 1,2,4,...,512)\n"
+    "  --long                   the CPU's full sweep, batches 1,2,4,...,64 (about\n"
+    "                           twice the default run's time); CUDA's default is\n"
+    "                           its full sweep already; --batch overrides both\n"
     "  --state-dtype f32|bf16|f16|i16|i8|f8e4m3   state pool dtype (default f32);\n"
     "                           i16, i8 and f8e4m3 are the block-scaled pools\n"
     "                           with their f32 scale pool (S, H, P)\n"
@@ -103,7 +106,8 @@ const char kUsage[] =
     "  --iters K                timed iterations per batch: calls on the CPU,\n"
     "                           replays of a graph of calls on CUDA, and for\n"
     "                           --replay also the timed passes of whole cycles\n"
-    "                           (default: about 1 s of work per batch size)\n"
+    "                           (default: about 1 s of work per batch size on\n"
+    "                           CUDA; on the CPU about 0.3 s, at least 11 calls)\n"
     "  --json FILE              also write every result as JSON to FILE\n"
     "  --help                   this text\n"
     "\n"
@@ -173,6 +177,7 @@ struct Options {
   ssu_algorithm_t algorithm = SSU_ALGORITHM_AUTO;
   int threads = 0;
   int iters = 0;  // 0: automatic
+  bool long_sweep = false;  // --long: the CPU's full batch sweep
   std::string json;
   std::string command_line;
 };
@@ -227,6 +232,8 @@ Options parse_args(int argc, char** argv) {
       std::string item;
       while (std::getline(ss, item, ',')) o.batches.push_back(parse_positive("--batch", item));
       if (o.batches.empty()) usage_error("--batch needs a list such as 1,8,64");
+    } else if (a == "--long") {
+      o.long_sweep = true;
     } else if (a == "--state-dtype") {
       o.state_dtype = parse_state_dtype(a, value());
       set_state = true;
@@ -468,10 +475,16 @@ struct Timed {
   int iters = 0;
 };
 
-// Times `op` over its n rotated operations. With iters == 0, picks about 1 s
-// of timed work: an iteration is one operation on the CPU and one replay of
-// a graph of max(n, 20) operations on CUDA (see bench_cuda.cpp), whose event
-// timings are steadier.
+// Times `op` over its n rotated operations. With iters == 0 it picks the
+// count: on CUDA about 1 s of timed work, an iteration being one replay of a
+// graph of max(n, 20) operations (see bench_cuda.cpp), whose event timings
+// are steadier; on the CPU, where an iteration is one call, about
+// kCpuTimedSeconds and at least kCpuMinIters calls. A batch-64 call moves
+// 515 MiB and takes 20-30 ms on two cores: 1 s of them per row, timed twice
+// (once more as host time), made most of a minute of the default run.
+constexpr double kCpuTimedSeconds = 0.3;
+constexpr int kCpuMinIters = 11;
+
 Timed measure(BenchDevice* dev, const Op& op, size_t n, int iters, bool cuda) {
   Timed t;
   if (iters == 0) {
@@ -480,12 +493,15 @@ Timed measure(BenchDevice* dev, const Op& op, size_t n, int iters, bool cuda) {
       const double per_iter = est * double(std::max<size_t>(n, 20));
       iters = static_cast<int>(std::min(200.0, std::max(10.0, 1.0 / per_iter)));
     } else {
-      iters = static_cast<int>(std::min(2000.0, std::max(20.0, 1.0 / est)));
+      iters = static_cast<int>(
+          std::min(2000.0, std::max(double(kCpuMinIters), kCpuTimedSeconds / est)));
     }
   }
   t.iters = iters;
   t.time_s = dev->time_ops(op, n, iters);
-  t.host_s = dev->host_time_ops(op, n, std::min(iters, 200));
+  // The CPU backend's calls are synchronous: a call's host time is its
+  // time, and timing the calls a second time would only lengthen the run.
+  t.host_s = cuda ? dev->host_time_ops(op, n, std::min(iters, 200)) : t.time_s;
   return t;
 }
 
@@ -1883,11 +1899,18 @@ int run(const Options& o) {
 
   Env env{ctx, dev.get(), backend == SSU_BACKEND_CUDA, o.batches, 0};
   if (env.batches.empty()) {
-    env.batches = {1, 2, 4, 8, 16, 32, 64};
-    if (env.cuda)
-      for (int64_t b : {128, 256, 512}) env.batches.push_back(b);
+    if (env.cuda) {
+      env.batches = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+    } else if (o.long_sweep) {
+      env.batches = {1, 2, 4, 8, 16, 32, 64};
+    } else {
+      // Each CPU row fills and rotates through a pool of 4x the last-level
+      // cache and moves up to 515 MiB a call: three rows, a factor of 8
+      // apart, keep the default run well within half a minute on two cores.
+      env.batches = {1, 8, 64};
+    }
   }
-  env.pool_target = env.cuda ? kCudaRotationBytes : 4 * last_level_cache_bytes();
+  env.pool_target = env.cuda ? kCudaRotationBytes : cpu_rotation_bytes();
 
   Report rep;
   rep.device = dev->name();
