@@ -608,6 +608,18 @@ std::vector<ReplayCase> replay_case_table() {
     c.varlen(4).ring(8).run(18).shape(8, 2, 20, 128).dtypes(BF16, BF16);
     c.speculative = false;
     add(c);
+    // Three and eight tokens and varlen calls of 1..8 at the same shapes
+    // (the FMA way on the GPU).
+    c.multi(3).ring(7).run(14).shape(4, 4, 24, 64).dtypes(F16, F16);
+    c.speculative = true;
+    add(c);
+    c.multi(8).ring(16).run(12).shape(8, 2, 20, 128).dtypes(BF16, BF16);
+    c.flush_exact = true;
+    add(c);
+    c.varlen(8).ring(16).run(14).shape(8, 1, 64, 128).dtypes(F16, F16);
+    c.flush_exact = false;
+    c.speculative = false;
+    add(c);
   }
   return v;
 }
