@@ -10,10 +10,17 @@
 # BENCH=0 the benchmarks, ITERS (default 30), BATCHES (default 1,8,64,512),
 # SWEEP="VAR=v1,v2 ..." reruns the f32 / bf16 benchmarks once per value of
 # each environment variable (tuning knobs such as SSU_CUDA_REPLAY_PREFETCH),
+# CONFIGS="ARGS;ARGS..." adds ';'-separated ssu-bench argument sets (e.g.
+# "--replay 16 --state-dtype bf16 --tokens 3 --batch 64,256"), BASELINE=DIR
+# runs every benchmark a second time, right after, with the libssu.so.0 in
+# DIR (another build's library: ssu-bench's RUNPATH gives way to
+# LD_LIBRARY_PATH), so that a change is measured against its predecessor in
+# the same run (a tuning knob inside the candidate build is no baseline: the
+# candidate's kernels are another allocation),
 # NCU_BATCHES (default 1,8,64) the batches NCU=1 profiles, NCU_DTYPES (default
 # "f32 bf16") the state dtypes, NCU_COUNT (default 16) the launches timed.
-# Writes OUTDIR/replay.log (everything) and OUTDIR/bench.json; prints a short
-# table last.
+# Writes OUTDIR/replay.log (everything) and OUTDIR/bench.json (one JSON
+# document per line); prints a short table last.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${1:?usage: tools/gpu-replay-bench.sh OUTDIR}"
@@ -38,19 +45,31 @@ if [ "${TESTS:-1}" != 0 ]; then
   note "test_gpu_replay: exit $rc in $(( $(date +%s) - t0 )) s"
 fi
 
-# One benchmark: prints its table, appends its JSON, keeps the replay rows'
-# "batch us/step" for the summary under label $1.
-bench() {
+# One benchmark: prints its table, appends its JSON (with "variant": the
+# label), keeps the replay rows' "batch us/step" for the summary under label
+# $1; with BASELINE, the same again on the baseline library.
+bench_once() {
   local label="$1"; shift
   echo "### $label: ssu-bench --backend cuda $*"
+  rm -f "$out/one.json"
   "$build/bench/ssu-bench" --backend cuda "$@" --json "$out/one.json" || { note "$label: exit $?"; return; }
-  cat "$out/one.json" >> "$out/bench.json"
-  python3 - "$out/one.json" "$label" <<'EOF' >> "$out/summary.txt"
+  python3 - "$out/one.json" "$label" "$out/bench.json" <<'EOF' >> "$out/summary.txt"
 import json, sys
 d = json.load(open(sys.argv[1]))
+d["variant"] = sys.argv[2]
+with open(sys.argv[3], "a") as f:
+    json.dump(d, f)
+    f.write("\n")
 cells = [f"b{r['batch']} {r['time_us']:.1f} (floor {r['floor_us']:.1f})" for r in d.get("rows", [])]
 print(f"{sys.argv[2]:<40} " + "  ".join(cells))
 EOF
+}
+bench() {
+  local label="$1"; shift
+  bench_once "$label" "$@"
+  if [ -n "${BASELINE:-}" ]; then
+    LD_LIBRARY_PATH="$BASELINE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" bench_once "$label [baseline]" "$@"
+  fi
 }
 
 if [ "${BENCH:-1}" != 0 ]; then
@@ -65,6 +84,11 @@ if [ "${BENCH:-1}" != 0 ]; then
       bench "bf16 $var=$v" --replay 16 --state-dtype bf16 --batch "$batches" $iters
       unset "$var"
     done
+  done
+  IFS=';' read -r -a configs <<< "${CONFIGS:-}"
+  for cfg in "${configs[@]}"; do
+    # an argument set, split into words on purpose
+    [ -n "${cfg// /}" ] && bench "$cfg" $cfg $iters
   done
   if [ "${FULL:-0}" = 1 ]; then
     bench "f32 T=4" --replay 16 --tokens 4 --batch 64,256 $iters
