@@ -189,7 +189,8 @@ class HostMemory {
   // without wasting more than half of it, else the largest smaller one
   // grown, else a new mapping.
   Block take(size_t want) {
-    size_t fit = free_.size(), grow = free_.size();
+    size_t fit = free_.size();
+    [[maybe_unused]] size_t grow = free_.size();  // (read where mremap exists)
     for (size_t i = 0; i < free_.size(); ++i) {
       const size_t n = free_[i].bytes;
       if (n >= want && n / 2 <= want) {
@@ -199,12 +200,14 @@ class HostMemory {
       }
     }
     if (fit != free_.size()) return pop(fit);
+#if defined(__linux__)
     if (grow != free_.size()) {
       Block b = pop(grow);
       void* p = mremap(b.ptr, b.bytes, want, MREMAP_MAYMOVE);
       if (p != MAP_FAILED) return {p, want};
       free_.push_back(b);  // keep it; a new mapping instead
     }
+#endif  // (elsewhere, no mremap: a new mapping)
     void* p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     return {p, want};
