@@ -311,21 +311,8 @@ class CpuBenchDevice final : public BenchDevice {
     std::memcpy(dst, src, bytes);
   }
 
-  // Pair 0 is (dst, src), the rest of the rotation lies in the arena.
-  CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) override {
-    const size_t stride = page_round(bytes), pairs = rotation_pairs(bytes);
-    char* arena = rotation_arena((pairs - 1) * 2 * stride);
-    std::vector<char*> to{static_cast<char*>(dst)};
-    std::vector<const char*> from{static_cast<const char*>(src)};
-    for (size_t k = 1; k < pairs; ++k) {
-      from.push_back(arena + (2 * k - 2) * stride);
-      to.push_back(arena + (2 * k - 1) * stride);
-    }
-    return time_rotation(to, from, bytes, iters);
-  }
-
   // Every pair in the arena, which is faulted in once for the whole run.
-  CopyTiming time_copy_of(size_t bytes, int iters) override {
+  CopyTiming time_copy(size_t bytes, int iters) override {
     const size_t stride = page_round(bytes), pairs = rotation_pairs(bytes);
     char* arena = rotation_arena(pairs * 2 * stride);
     std::vector<char*> to;

@@ -103,7 +103,22 @@ class CudaBenchDevice final : public BenchDevice {
   // would time the L2 cache, not device memory. The driver's memcpy, the
   // copy kernel and the read-only stream run over the same pairs, one graph
   // each, back to back.
-  CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) override {
+  CopyTiming time_copy(size_t bytes, int iters) override {
+    void* src = alloc(bytes);
+    void* dst = nullptr;
+    try {
+      dst = alloc(bytes);
+      const CopyTiming c = time_copy_pair(dst, src, bytes, iters);
+      release(dst);
+      release(src);
+      return c;
+    } catch (...) {
+      if (dst) release(dst);
+      release(src);
+      throw;
+    }
+  }
+  CopyTiming time_copy_pair(void* dst, const void* src, size_t bytes, int iters) {
     const size_t per_pair = 2 * std::max<size_t>(bytes, 1);
     const size_t pairs = std::min<size_t>(
         kMaxCopyPairs, std::max<size_t>(1, (kCudaRotationBytes + per_pair - 1) / per_pair));

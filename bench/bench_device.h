@@ -52,27 +52,11 @@ class BenchDevice {
   // Copies bytes of memory from alloc() to the host, after every operation
   // issued before.
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
-  // The copy ceiling of `bytes` bytes (src -> dst, both from alloc()): each
-  // of the device's copies timed the same way operations are.
-  virtual CopyTiming time_copy(void* dst, const void* src, size_t bytes, int iters) = 0;
-  // The copy ceiling of `bytes` bytes between buffers of the device's
-  // choosing: by default a fresh source and destination from alloc(); the
-  // CPU copies within a rotation it keeps for the whole run.
-  virtual CopyTiming time_copy_of(size_t bytes, int iters) {
-    void* src = alloc(bytes);
-    void* dst = nullptr;
-    try {
-      dst = alloc(bytes);
-      const CopyTiming c = time_copy(dst, src, bytes, iters);
-      release(dst);
-      release(src);
-      return c;
-    } catch (...) {
-      if (dst) release(dst);
-      release(src);
-      throw;
-    }
-  }
+  // The copy ceiling of `bytes` bytes, between buffers of the device's
+  // choosing (CUDA: a pair from alloc() and its rotation; the CPU: a
+  // rotation it keeps for the whole run): each of the device's copies timed
+  // the same way operations are.
+  virtual CopyTiming time_copy(size_t bytes, int iters) = 0;
   // Median seconds per operation of op(i % n, stream), rotating through the
   // n operations so that consecutive ones touch different memory.
   virtual double time_ops(const Op& op, size_t n, int iters) = 0;

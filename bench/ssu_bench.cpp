@@ -508,7 +508,7 @@ Timed measure(BenchDevice* dev, const Op& op, size_t n, int iters, bool cuda) {
 // The copy ceiling for `bytes` bytes that must move: bytes/2 read and
 // bytes/2 written.
 CopyTiming time_matched_copy(BenchDevice* dev, size_t bytes, int iters) {
-  return dev->time_copy_of(bytes / 2, std::min(std::max(iters, 10), 200));
+  return dev->time_copy(bytes / 2, std::min(std::max(iters, 10), 200));
 }
 
 // Plan creation that may fail because the library cannot run this
