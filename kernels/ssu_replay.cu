@@ -148,7 +148,7 @@ __device__ __forceinline__ void widen_vec(const IT* p, float* out) {
 
 // Tensor-core dot products for the 16-bit checkpoints whose inputs have the
 // same dtype (bf16 with bf16, f16 with f16): the h0 . C_t of an append of 2
-// or 4 tokens take the checkpoint's raw chunks as the A fragment of an
+// to 4 tokens take the checkpoint's raw chunks as the A fragment of an
 // m16n8k16 mma (products exact in fp32, fp32 accumulation), with no
 // widening and no per-element FMA; see the row loop for the mapping.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -1541,12 +1541,16 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     for (int d = 2; d < DEPTH; ++d) load_step(d, raw[d]);
   }
   if (flush) {
-  } else if ((T == 2 || T == 4) && kReplayMmaDots<ST, IT>) {
-    // Two or four tokens, a 16-bit checkpoint and inputs of its dtype: a
-    // row step's dots by tensor cores, one m16n8k16 mma per chunk k of the
+  } else if (T > 1 && T <= 4 && kReplayMmaDots<ST, IT>) {
+    // 2 to 4 tokens, a 16-bit checkpoint and inputs of its dtype: a row
+    // step's dots by tensor cores, one m16n8k16 mma per chunk k of the
     // lanes and token pair q, the raw chunks as A, widening nothing (the
     // T > 1 path below widens C and runs T FMA chains per element: H200,
-    // bf16 batch 64-256, 4 tokens -8 to -10 % per step, 2 tokens -6 %).
+    // bf16 batch 64-256, 3 tokens -13 to -15 % per step, 4 tokens -8 to
+    // -10 %, 2 tokens -6 %). Pairs: 1 for 2 tokens, 2 for 3-4 (a token past
+    // T has zeros for C and is not stored). Four pairs for 5-8 tokens
+    // measured -13 % there, but their registers made ptxas allocate the
+    // whole kernel differently and one-token appends 3 % slower.
     // Lane (g = lane / 4, t = lane % 4 in the mma's terms) gives its chunk's
     // 16-byte words in order as the A fragment: elements 0-1 and 4-5 are row
     // g (k = 2t.. and 2t + 8..), elements 2-3 and 6-7 row g + 8. Rows g and
@@ -1574,7 +1578,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
 #pragma unroll
         for (int k = 0; k < KC; ++k) {
           uint4 v4 = make_uint4(0u, 0u, 0u, 0u);
-          if (k < kc)
+          if (k < kc && 2 * q + tb < T)
             v4 = *reinterpret_cast<const uint4*>(s_C + (2 * q + tb) * N + (l8 + 8 * k) * VEC);
           cb[q][k][0] = hi ? v4.y : v4.x;
           cb[q][k][1] = hi ? v4.w : v4.z;
@@ -1591,7 +1595,8 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
           float w = (t4 & 1) ? hv : lo;
           w += __shfl_xor_sync(kAll, w, 1);
           w += __shfl_xor_sync(kAll, w, 4);
-          if (row < P && (l8 == 0 || l8 == 2)) s_y[(2 * q + (l8 >> 1)) * P + row] = w;
+          const int t = 2 * q + (l8 >> 1);
+          if (row < P && (l8 == 0 || l8 == 2) && t < T) s_y[t * P + row] = w;
         }
       });
     };
