@@ -117,8 +117,10 @@ typedef struct ssu_cuda_pipe_launch {
   int32_t rows_per_tile;  /* <= 256                                         */
   int32_t tiles_per_head;
   int32_t stage_bytes;
-  int32_t off_B;     /* f32 [T][N]                               */
-  int32_t off_C;     /* f32 [T][N]                               */
+  int32_t off_B;     /* f32 [T][N]; one token, per-head A, 16- and
+                        8-bit states: 4 floats of padding after
+                        every 16 / sizeof(state) (kPipePadBC)    */
+  int32_t off_C;     /* f32 [T][N], the same                     */
   int32_t off_x;     /* f32 [T][row_stride]                      */
   int32_t off_z;     /* f32 [T][row_stride], silu(z)             */
   int32_t off_scale; /* f32 [rows], int16 decode scales          */

@@ -221,10 +221,6 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
                          : nullptr;
   [[maybe_unused]] float* const scale_dst =
       QUANT && d >= 0 ? p.state_scale + d * p.state_scale_stride_slot + scale_head : nullptr;
-  // The lanes of this lane's row (a contiguous, aligned group of C).
-  [[maybe_unused]] const unsigned gmask =
-      C == 32 ? 0xffffffffu : ((1u << C) - 1u) << (lane & ~(C - 1));
-
   // 3. Rows in order of their loads.
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -245,7 +241,7 @@ __device__ __forceinline__ void direct_body(const ssu_cuda_direct_launch& L) {
     // part (a row that does not exist has zeros).
     [[maybe_unused]] bool finite = true;
     [[maybe_unused]] float enc = 1.f;
-    if constexpr (QUANT) enc = pipe_encode_factor<ST, VEC>(hk, C, gmask, &finite);
+    if constexpr (QUANT) enc = pipe_encode_factor<ST, VEC>(hk, C, &finite);
     for (int off = C >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (rv[k]) {
       if (col == 0) {

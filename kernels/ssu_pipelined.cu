@@ -455,10 +455,19 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
   }
 }
 
+// One token with per-head A and a 16- or 8-bit state (the row loop of
+// pipe_rows16): B and C carry 4 floats (16 bytes) of padding after every
+// lane's 16 / sizeof(state) columns in the stage (pipe_layout on the host
+// allocates them), so that the 8 lanes of a row, which read their columns
+// 32 or 64 bytes apart, hit different banks (H200, int8 state batch 256:
+// each of those 16-byte loads took 16 shared-memory wavefronts, not 4).
+template <typename ST, bool MT, bool PC>
+constexpr bool kPipePadBC = sizeof(ST) <= 2 && !MT && !PC;
+
 // Writes an item's operands into its stage: fp32 B [T][N], C [T][N], x
 // [T][rows], silu(z) [T][rows], and per token the step size and decay as
 // the simple kernels compute them (scal[2t], scal[2t+1]), then D (scal[2T]).
-template <bool PC, typename ST, typename IT, int OPS, int RPT>
+template <bool PC, bool PAD_BC, typename ST, typename IT, int OPS, int RPT>
 __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, const PipeItem& it,
                                                const PipeSlots& sl, const PipeStage<ST>& st,
                                                const PipeOps<IT, OPS, RPT>& ops, int T) {
@@ -468,9 +477,13 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
   const int N = static_cast<int>(p.dstate);
   const bool has_z = p.features & SSU_F_HAS_Z;
   const int TN = T * N, TR = T * L.row_stride;
+  // B and C take bc_pad floats of padding after every VEC (kPipePadBC).
+  constexpr int VEC = 16 / sizeof(ST);
+  constexpr int bc_pad = PAD_BC ? 4 : 0;
   if (!PC && L.off_raw) {  // block-uniform: the chunks this thread copied
-    // B, C and x are adjacent in the stage (off_C = off_B + 4N, off_x =
-    // off_C + 4N with one token and N a multiple of 4: pipe_layout).
+    // B, C and x are adjacent in the stage (off_C = off_B + 4N plus B's
+    // padding, off_x = off_C + the same, with one token and N a multiple
+    // of 4: pipe_layout); a chunk (VI elements) never straddles a pad.
     const PipeRawOps<IT> o(L, it);
     constexpr int VI = PipeRawOps<IT>::VI;
     const int zj = 2 * o.nb + o.nx;  // the first chunk of z
@@ -481,7 +494,8 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
       float v[VI];
 #pragma unroll
       for (int e = 0; e < VI; ++e) v[e] = to_f32(c.e[e]);
-      float* d = st.B + j * VI;
+      const int n = j * VI;
+      float* d = st.B + n + min(n, 2 * N) / VEC * bc_pad;
       if (j >= zj) {
 #pragma unroll
         for (int e = 0; e < VI; ++e) v[e] = silu(v[e]);
@@ -495,8 +509,8 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
 #pragma unroll
   for (int k = 0; k < OPS; ++k) {
     const int j = tid + k * SSU_CUDA_THREADS;
-    if (j < TN) st.B[j] = to_f32(ops.bc[k]);
-    else if (j < 2 * TN) st.C[j - TN] = to_f32(ops.bc[k]);
+    if (j < TN) st.B[j + j / VEC * bc_pad] = to_f32(ops.bc[k]);
+    else if (j < 2 * TN) st.C[j - TN + (j - TN) / VEC * bc_pad] = to_f32(ops.bc[k]);
     const int r = (j < TR ? j : j - TR) & (L.row_stride - 1);
     if (r < it.rows) {
       if (j < TR) st.x[j] = to_f32(ops.xz[k]);
@@ -745,30 +759,41 @@ __device__ __forceinline__ uint4 pipe_sr_pack(const float* v, const uint32_t* w)
   return rare ? pipe_sr_pack_exact<ST>(v, w) : out;
 }
 
+// max(a, b), NaN if either is NaN (the canonical NaN).
+__device__ __forceinline__ float pipe_max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 // The encode factor of a block-scaled row (format ST) spread over `lpr`
-// lanes: the largest magnitude as the integer maximum of the magnitude bits
-// (the same order as the floats; NaN patterns are above Inf, so a NaN wins
-// as in ssu_math::int16_amax_step, and a row holding Inf gets an Inf
-// maximum). Returns the factor; *finite says whether every v * factor is a
+// lanes (a power of two): from the row's largest magnitude, where a NaN
+// wins as in ssu_math::int16_amax_step and a row holding Inf gets an Inf
+// maximum. Returns the factor; *finite says whether every v * factor is a
 // number.
 template <typename ST, int E>
-__device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, unsigned gmask,
-                                                    bool* finite) {
-  uint32_t m = 0;
+__device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bool* finite) {
+  // The lane's maximum magnitude as a tree of NaN-propagating fp32 maxima
+  // (the magnitudes are operand modifiers: one instruction per element),
+  // then the row's over its lanes by butterfly shuffles of the whole warp
+  // (every lane of the warp runs this; a row's lanes are an aligned group).
+  // A redux.sync per row group ran once per group, one group after another
+  // (H200, the int8 kernel: 13 % of its stall samples). The fp32 maximum
+  // orders magnitudes as their bits do and gives a NaN for a NaN, as the
+  // CPU's integer maximum of the magnitude bits does; the factor, codes and
+  // scale of a NaN row are the same for any NaN pattern.
+  float a[E];
 #pragma unroll
-  for (int e = 0; e < E; ++e) m = max(m, __float_as_uint(hs[e]) & 0x7fffffffu);
-#if __CUDA_ARCH__ >= 800
-  // One warp-level integer reduction over the row's lanes (gmask: a
-  // contiguous, aligned group; every group of the warp runs it with its own
-  // mask) instead of log2(lpr) shuffle levels.
-  m = __reduce_max_sync(gmask, m);
-#else
-  (void)gmask;
+  for (int e = 0; e < E; ++e) a[e] = fabsf(hs[e]);
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
-    if (off < lpr) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
-#endif
-  const float enc = StateFormat<ST>::encode_factor(__uint_as_float(m));
+  for (int w = 1; w < E; w *= 2)
+#pragma unroll
+    for (int e = 0; e + w < E; e += 2 * w) a[e] = pipe_max_nan(a[e], a[e + w]);
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2)
+    if (off < lpr) a[0] = pipe_max_nan(a[0], __shfl_xor_sync(0xffffffffu, a[0], off));
+  const uint32_t m = __float_as_uint(a[0]);
+  const float enc = StateFormat<ST>::encode_factor(a[0]);
   // A tiny nonzero maximum gives an infinite factor (0 * enc is NaN there).
   *finite = m < 0x7f800000u && enc < 3.0e38f;
   return enc;
@@ -885,7 +910,8 @@ __device__ __forceinline__ void pipe_pc_step(float& h, float a, float b, float c
 // code * rs, with rs the row's decode scale (the CPU's operations, so the
 // same bits).
 template <typename ST>
-__device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, float* h) {
+__device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, float* h,
+                                                    uint32_t i8_magic = 0x4B400000u) {
   static_assert(StateFormat<ST>::kScaled, "block-scaled codes");
   constexpr int VEC = 16 / sizeof(ST);
   if constexpr (std::is_same<ST, int16_t>::value) {
@@ -900,9 +926,10 @@ __device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, fl
     // int8 codes, 16 per chunk (on the conversion pipe they would be its
     // limit): code + 128 (the sign bit flipped) as the low byte of 1.5 *
     // 2^23's pattern, one byte permute each, then one subtract gives the
-    // code exactly. (ptxas gives each permute the pattern as its immediate
-    // and moves the selector into a register: one more instruction per
-    // element, which an empty asm around the pattern does not prevent.)
+    // code exactly. (With the pattern as a constant, ptxas makes it each
+    // permute's immediate and moves the selector into a register, one more
+    // instruction per element, which an empty asm around the pattern does
+    // not prevent: callers in a row loop pass i8_magic from a shuffle.)
     const uint32_t wd[4] = {u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u,
                             u.w ^ 0x80808080u};
 #pragma unroll
@@ -910,7 +937,7 @@ __device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, fl
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         h[4 * k + j] =
-            (__uint_as_float(__byte_perm(wd[k], 0x4B400000u, 0x7650u + j)) - 12583040.0f) * rs;
+            (__uint_as_float(__byte_perm(wd[k], i8_magic, 0x7650u + j)) - 12583040.0f) * rs;
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     // e4m3 codes two at a time through the hardware conversion to f16x2
@@ -1005,8 +1032,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
             q0 = g.q0;
   // Per-lane constants, held in registers.
   int smask = pipe_part_smask(lpr);
-  unsigned gmask = lpr == 32 ? 0xffffffffu : ((1u << lpr) - 1u) << (q0 * lpr);
-  asm volatile("" : "+r"(smask), "+r"(gmask));
+  asm volatile("" : "+r"(smask));
   unsigned char* const chunk0 = reinterpret_cast<unsigned char*>(st.state) + tid * 16;
   unsigned char* const row0 = chunk0 - lane_r * 16;  // the row's first byte
   // The lane's partial within its row's bytes: pipe_part_swizzle(i * gpw +
@@ -1020,13 +1046,19 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   const uint64_t Lg = L_row0 + static_cast<uint64_t>(tid) * VEC;
   const ssu_update_params& p = L.p;
 
+  // int8 codes' byte permutes take 1.5 * 2^23's pattern from a register
+  // (a shuffle, which ptxas does not fold): given it as a constant, ptxas
+  // made it the permutes' immediate and moved each one's selector into a
+  // register instead, one more instruction per element.
+  [[maybe_unused]] const uint32_t i8_magic =
+      std::is_same<ST, int8_t>::value ? __shfl_sync(0xffffffffu, 0x4B400000u, 0) : 0u;
   // Step i's chunk as fp32 (zeros for a row that does not exist).
   auto load = [&](int i, bool v, float* h) {
     Chunk<ST, VEC> c;
     c.u = v ? *reinterpret_cast<const uint4*>(chunk0 + i * (SSU_CUDA_THREADS * 16))
             : make_uint4(0, 0, 0, 0);
     if constexpr (QUANT) {
-      scaled_chunk_to_f32<ST>(c.u, v ? sg[i * ngrp] : 0.f, h);
+      scaled_chunk_to_f32<ST>(c.u, v ? sg[i * ngrp] : 0.f, h, i8_magic);
     } else if constexpr (std::is_same<ST, bf16>::value) {
       // A pair's two values straight from its word (to_f32 of the upper
       // element compiles to a permute and a shift).
@@ -1112,7 +1144,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     float enc = 1.f;
     if constexpr (QUANT) {
       bool finite;
-      enc = pipe_encode_factor<ST, VEC>(h, lpr, gmask, &finite);
+      enc = pipe_encode_factor<ST, VEC>(h, lpr, &finite);
       uint32_t w[SR ? VEC : 1];
       if constexpr (SR) words(w, i, r10, One{});
       c.u = scaled_chunk_encode<ST, SR>(h, enc, finite, w);
@@ -1257,10 +1289,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   }
   const int N = static_cast<int>(p.dstate);
   const int n0 = lane_r * VEC;
+  const int nbc = lane_r * (VEC + (kPipePadBC<ST, MT, PC> ? 4 : 0));  // its B and C columns
   // The lane's B and C columns for the whole tile (the f32 and per-channel
   // row loop below; unused, hence not loaded, elsewhere).
   float Bv[VEC], Cv[VEC];
-  pipe_load_cols<VEC>(st.B + n0, st.C + n0, Bv, Cv);
+  pipe_load_cols<VEC>(st.B + nbc, st.C + nbc, Bv, Cv);
   const float dt = PC ? 0.f : st.scal[0], dA = PC ? 0.f : st.scal[1],
               Dh = PC ? 0.f : st.scal[2 * T];
   const bool has_z = p.features & SSU_F_HAS_Z;
@@ -1441,7 +1474,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     float* const scale_dst =
         QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
                      : nullptr;
-    pipe_rows16<ST, SR>(L, it, st, dst, scale_dst, L_row0, seed, keys, st.B + n0, st.C + n0, dt,
+    pipe_rows16<ST, SR>(L, it, st, dst, scale_dst, L_row0, seed, keys, st.B + nbc, st.C + nbc, dt,
                         dA);
   } else {
     // f32 states, and the per-channel form (row sums at once).
@@ -1606,7 +1639,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     pipe_issue<PC, RL, MT, !BULK>(L, cur, cur_sl, first, ops, T);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
     wait_ops(cur_sl, 0);
-    pipe_stage_ops<PC>(L, cur, cur_sl, first, ops, T);
+    pipe_stage_ops<PC, kPipePadBC<ST, MT, PC>>(L, cur, cur_sl, first, ops, T);
   }
   PipeIndexBits next_bits{0, 0};
   if (item + stride < items) next_bits = pipe_load_indices(p, pipe_item_seq(L, item + stride));
@@ -1652,7 +1685,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     pipe_compute<ST, IT, SR, MT, PC, RL>(L, cur, cur_sl, here, seed, keys, T);
     if (nitem < items) {
       wait_ops(nxt_sl, s ^ 1);
-      pipe_stage_ops<PC>(L, nxt, nxt_sl, there, ops, T);
+      pipe_stage_ops<PC, kPipePadBC<ST, MT, PC>>(L, nxt, nxt_sl, there, ops, T);
     }
     cur = nxt;
     cur_sl = nxt_sl;

@@ -852,13 +852,18 @@ class CudaBackend final : public Backend {
       o = align16(o + bytes);
       return static_cast<int32_t>(at);
     };
-    L->off_B = put(T * N * 4);
-    L->off_C = put(T * N * 4);
+    const bool pc = p.features & SSU_F_A_PER_CHANNEL;
+    // One token with per-head A and a 16- or 8-bit state: B and C with 4
+    // floats of padding after every lane's 16 / sb columns, against bank
+    // conflicts (kPipePadBC in kernels/ssu_pipelined.cu).
+    const bool pad_bc = sb <= 2 && T == 1 && !pc;
+    const int64_t bc_floats = T * N + (pad_bc ? N / (16 / sb) * 4 : 0);
+    L->off_B = put(bc_floats * 4);
+    L->off_C = put(bc_floats * 4);
     L->off_x = put(T * L->row_stride * 4);
     L->off_z = put((p.features & SSU_F_HAS_Z) ? T * L->row_stride * 4 : 0);
     L->off_scale = put(is_scaled_state(p.state_dtype) ? int64_t(rows) * 4 : 0);
     L->off_scal = put((2 * T + 1) * 4);
-    const bool pc = p.features & SSU_F_A_PER_CHANNEL;
     L->off_A = put(pc && !pipe_row_per_lane(p) ? rows * N * 4 : 0);
     L->off_dt_rows = put(pc ? int64_t(rows) * 4 : 0);
     L->off_D_rows = put(pc ? int64_t(rows) * 4 : 0);
@@ -869,7 +874,8 @@ class CudaBackend final : public Backend {
     // B, C and x adjacent (the raw chunks are staged as one run): one token
     // and N a multiple of 4, which pipe_raw_ok implies.
     L->off_raw = 0;
-    if (pipe_raw_ok(p, rows) && L->off_C == L->off_B + 4 * N && L->off_x == L->off_C + 4 * N) {
+    if (pipe_raw_ok(p, rows) && L->off_C == L->off_B + 4 * bc_floats &&
+        L->off_x == L->off_C + 4 * bc_floats) {
       const int64_t eb = dtype_bytes(dtype_index(p.input_dtype));
       L->off_raw = put(2 * (N + rows) * eb);
     }
