@@ -1012,9 +1012,9 @@ __device__ __forceinline__ uint4 scaled_chunk_encode(const float* h, float enc, 
 // that many registers (one warp barrier for both, the second row's loads in
 // flight with the first's), rows known to exist; a last step or two of rows
 // that may not exist takes predicated accesses.
-template <typename ST, bool SR>
+template <typename ST, bool SR, int LPRC>
 __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const PipeItem& it,
-                                            const PipeStage<ST>& st, ST* dst, float* scale_dst,
+                                            const PipeStage<ST>& st, ST* dst,
                                             uint64_t L_row0, uint64_t seed, const PipeSmemKeys& keys,
                                             const float* Bs, const float* Cs, float dt,
                                             float dA) {
@@ -1027,12 +1027,21 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   // second row.
   constexpr bool PAIR = sizeof(ST) == 2 && (SR || QUANT);
   const int tid = threadIdx.x;
+  // The row group geometry: from the lanes per row LPRC where the caller
+  // knows them at compile time (the row maximum's shuffle levels, the
+  // steps' strides and the partials' swizzle then fold into immediates;
+  // read from the launch, ptxas recomputed them at every step), else from
+  // the launch.
   const PipeGroups g(L);
-  const int lpr = g.lpr, lg = g.lg, lane_r = g.lane_r, grp = g.grp, ngrp = g.ngrp, gpw = g.gpw,
-            q0 = g.q0;
+  constexpr int kLgC = LPRC >= 32 ? 5 : LPRC >= 16 ? 4 : LPRC >= 8 ? 3 : LPRC >= 4 ? 2 : LPRC >= 2 ? 1 : 0;
+  static_assert(LPRC == 0 || (1 << kLgC) == LPRC, "lanes per row: a power of two <= 32");
+  const int lpr = LPRC ? LPRC : g.lpr;
+  const int lg = LPRC ? kLgC : g.lg;
+  const int lane_r = tid & (lpr - 1), grp = tid >> lg, ngrp = SSU_CUDA_THREADS >> lg,
+            gpw = 32 >> lg, q0 = (tid & 31) >> lg;
   // Per-lane constants, held in registers.
   int smask = pipe_part_smask(lpr);
-  asm volatile("" : "+r"(smask));
+  if constexpr (LPRC == 0) asm volatile("" : "+r"(smask));
   unsigned char* const chunk0 = reinterpret_cast<unsigned char*>(st.state) + tid * 16;
   unsigned char* const row0 = chunk0 - lane_r * 16;  // the row's first byte
   // The lane's partial within its row's bytes: pipe_part_swizzle(i * gpw +
@@ -1042,7 +1051,6 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
   const float* const xg = st.x + grp;
   const float* const sg = st.scale + grp;
   ST* const dg = dst ? dst + tid * VEC : nullptr;
-  float* const scg = scale_dst ? scale_dst + grp : nullptr;
   const uint64_t Lg = L_row0 + static_cast<uint64_t>(tid) * VEC;
   const ssu_update_params& p = L.p;
 
@@ -1158,7 +1166,12 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     }
     if (v) {
       __stcs(reinterpret_cast<uint4*>(dg + i * (SSU_CUDA_THREADS * VEC)), c.u);
-      if (QUANT && lane_r == 0) scg[i * ngrp] = 1.0f / enc;
+      // The decode scale 1 / enc is stored after the tile (pipe_compute),
+      // one division per lane for up to 32 rows instead of one per row
+      // step: the row's encode factor waits in its bytes, past its partial
+      // sums (float lpr of the row).
+      if (QUANT && lane_r == 0)
+        *reinterpret_cast<float*>(row0 + i * (SSU_CUDA_THREADS * 16) + lpr * 4) = enc;
     }
   };
   auto steps = [&](auto has_dst, auto r10) {
@@ -1471,11 +1484,15 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       }
     }
   } else if constexpr (sizeof(ST) <= 2 && !PC) {
-    float* const scale_dst =
-        QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
-                     : nullptr;
-    pipe_rows16<ST, SR>(L, it, st, dst, scale_dst, L_row0, seed, keys, st.B + nbc, st.C + nbc, dt,
-                        dA);
+    // Rows of N = 128 (the common state size) with the lanes per row as a
+    // constant, others from the launch.
+    constexpr int kLpr128 = 128 * static_cast<int>(sizeof(ST)) / 16;
+    if (lpr == kLpr128)
+      pipe_rows16<ST, SR, kLpr128>(L, it, st, dst, L_row0, seed, keys, st.B + nbc,
+                                   st.C + nbc, dt, dA);
+    else
+      pipe_rows16<ST, SR, 0>(L, it, st, dst, L_row0, seed, keys, st.B + nbc,
+                             st.C + nbc, dt, dA);
   } else {
     // f32 states, and the per-channel form (row sums at once).
     static_assert(!DEFER && !SR && !QUANT, "the f32 and per-channel row loop");
@@ -1530,6 +1547,11 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   // outputs: the warp's rows are i * ngrp + wgrp0 + q for q < gpw.
   if constexpr (DEFER) {
     __syncwarp();
+    // Block-scaled rows (one token): pipe_rows16 left each stored row's
+    // encode factor after its partials.
+    [[maybe_unused]] float* const scale_dst =
+        QUANT && dst ? p.state_scale + sl.dst * p.state_scale_stride_slot + it.h * p.dim + it.r0
+                     : nullptr;
     const int tasks = iters * gpw * T;
     for (int tau = lane; tau < tasks; tau += 32) {
       const int slot = MT ? tau / T : tau;
@@ -1543,6 +1565,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         float y = acc + (PC ? st.D_r[r] : Dh) * xv;
         if (has_z) y *= st.z[t * L.row_stride + r];
         out[t * p.out_stride_t + r] = from_f32<IT>(y);
+        if constexpr (QUANT) {
+          static_assert(!MT, "block-scaled rows: one token");
+          if (scale_dst) scale_dst[r] = 1.0f / part[r * row_floats + lpr];
+        }
       }
     }
   }
