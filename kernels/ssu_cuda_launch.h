@@ -130,6 +130,12 @@ typedef struct ssu_cuda_pipe_launch {
   int32_t off_D_rows;  /* per-channel form: f32 [rows] D                 */
   int32_t off_part;    /* f32 partial row sums: 0 = in the state tile's own
                           rows (T <= 4), else [rows][T][lanes_per_row]     */
+  int32_t log2_heads_per_item; /* 0, or 1: head pairs (one token, per-head A,
+                          8-bit states): an item is heads 2k and
+                          2k + 1 of one group, whose state rows, scales,
+                          x, z and out rows are each one run; div_heads is
+                          then by nheads / 2 and off_scal holds both
+                          heads' scalars                                   */
 } ssu_cuda_pipe_launch;
 
 /*

@@ -112,16 +112,28 @@ struct PipeItem {
   bool reporter;  // reports this sequence's index errors (one block per sequence)
 };
 
+// Whether a kernel may run head pairs (ssu_cuda_pipe_launch::
+// log2_heads_per_item): one token, per-head A, 8-bit rows. A 16-bit head of
+// N = 128 fills a tile alone, and the pairs' live values cost the other
+// kernels registers (spills per item).
+template <typename ST, bool MT, bool PC>
+constexpr bool kPipePairs = sizeof(ST) == 1 && !MT && !PC;
+
+// PAIRS: the kernel may run head pairs (kPipePairs).
+template <bool PAIRS>
 __device__ __forceinline__ PipeItem pipe_item(const ssu_cuda_pipe_launch& L, int64_t item) {
   PipeItem it;
   const int i32 = static_cast<int>(item);
   const int bh = pipe_div(i32, L.div_tiles);
   const int tile = i32 - bh * L.tiles_per_head;
+  // With head pairs (L.log2_heads_per_item = 1) an item is two adjacent
+  // heads of one group, their rows one run (the host checked the layouts).
+  const int k = PAIRS ? L.log2_heads_per_item : 0;
   it.b = pipe_div(bh, L.div_heads);
-  it.h = bh - it.b * static_cast<int>(L.p.nheads);
+  it.h = (bh - it.b * (static_cast<int>(L.p.nheads) >> k)) << k;
   it.g = pipe_div(it.h, L.div_heads_per_group);
   it.r0 = tile * L.rows_per_tile;
-  it.rows = min(static_cast<int>(L.p.dim) - it.r0, L.rows_per_tile);
+  it.rows = min((static_cast<int>(L.p.dim) << k) - it.r0, L.rows_per_tile);
   it.reporter = it.h == 0 && tile == 0 && threadIdx.x == 0;
   return it;
 }
@@ -443,15 +455,20 @@ __device__ __forceinline__ void pipe_issue(const ssu_cuda_pipe_launch& L, const 
     }
     return;
   }
-  const int t = tid - 64;  // token t's scalars on thread 64 + t (pipe_stage_ops)
-  if (t >= 0 && t < T) {
+  // Token t's scalars of head it.h + e on thread 64 + (t << k) + e
+  // (pipe_stage_ops; e = 0 without head pairs).
+  const int k = kPipePairs<ST, MT, PC> ? L.log2_heads_per_item : 0;
+  const int u = tid - 64;
+  if (u >= 0 && u < (T << k)) {
+    const int t = u >> k;
+    const int64_t h = it.h + (u & ((1 << k) - 1));
     ops.dt = load_param(p.dt, p.dt_dtype,
-                        it.b * p.dt_stride_b + t * p.dt_stride_t + it.h * p.dt_stride_h);
+                        it.b * p.dt_stride_b + t * p.dt_stride_t + h * p.dt_stride_h);
     ops.bias = (p.features & SSU_F_HAS_DT_BIAS)
-                   ? load_param(p.dt_bias, p.dt_bias_dtype, it.h * p.dt_bias_stride_h)
+                   ? load_param(p.dt_bias, p.dt_bias_dtype, h * p.dt_bias_stride_h)
                    : 0.f;
-    ops.A = load_param(p.A, p.A_dtype, it.h * p.A_stride_h);
-    ops.D = (p.features & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, it.h * p.D_stride_h) : 0.f;
+    ops.A = load_param(p.A, p.A_dtype, h * p.A_stride_h);
+    ops.D = (p.features & SSU_F_HAS_D) ? load_param(p.D, p.D_dtype, h * p.D_stride_h) : 0.f;
   }
 }
 
@@ -533,15 +550,20 @@ __device__ __forceinline__ void pipe_stage_ops(const ssu_cuda_pipe_launch& L, co
     return;
   }
   // Token t's step size on thread 64 + t (at most 8 tokens; the first warp
-  // issues the bulk copies, the second has the silu of z with 64 rows).
-  const int t = tid - 64;
-  if (t >= 0 && t < T) {
+  // issues the bulk copies, the second has the silu of z with 64 rows);
+  // with head pairs (one token) head e's on thread 64 + e, its scalars at
+  // scal[e * (2T + 1)].
+  const int k = PAD_BC && sizeof(ST) == 1 ? L.log2_heads_per_item : 0;  // kPipePairs
+  const int u = tid - 64;
+  if (u >= 0 && u < (T << k)) {
+    const int t = u >> k;
+    float* const scal = st.scal + (u & ((1 << k) - 1)) * (2 * T + 1);
     float dt = ops.dt;
     if (p.features & SSU_F_HAS_DT_BIAS) dt += ops.bias;
     if (p.features & SSU_F_DT_SOFTPLUS) dt = softplus20(dt);
-    st.scal[2 * t] = dt;
-    st.scal[2 * t + 1] = ssu_math::exp(ops.A * dt);
-    if (t == 0) st.scal[2 * T] = ops.D;
+    scal[2 * t] = dt;
+    scal[2 * t + 1] = ssu_math::exp(ops.A * dt);
+    if (t == 0) scal[2 * T] = ops.D;
   }
 }
 
@@ -1017,7 +1039,7 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
                                             const PipeStage<ST>& st, ST* dst,
                                             uint64_t L_row0, uint64_t seed, const PipeSmemKeys& keys,
                                             const float* Bs, const float* Cs, float dt,
-                                            float dA) {
+                                            float dA, int row1, const float* scal1) {
   constexpr int VEC = 16 / sizeof(ST);
   using F = StateFormat<ST>;
   constexpr bool QUANT = F::kScaled;
@@ -1081,6 +1103,13 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
       for (int e = 0; e < VEC; ++e) h[e] = to_f32(c.e[e]);
     }
   };
+  // Head pairs: from row row1 on (the second head's first row; past the
+  // tile otherwise) the lane's rows step with the second head's step size
+  // and decay, scal1[0] and scal1[1], loaded when its step i1 comes (held
+  // in registers for the whole tile, they cost the kernels spills).
+  constexpr bool PAIRS = kPipePairs<ST, false, false>;
+  [[maybe_unused]] const int i1 =
+      PAIRS && row1 < it.rows ? (row1 - grp + ngrp - 1) >> (kLogThreads - lg) : 1 << 30;
   // The state step and the lane's partial of the row sum, put in the row's bytes.
   // The lane's B and C columns are read again for each row (or row pair):
   // held for the whole tile, their 16 registers made the kernels spill.
@@ -1238,6 +1267,12 @@ __device__ __forceinline__ void pipe_rows16(const ssu_cuda_pipe_launch& L, const
     }
 #pragma unroll 1
     for (; i < iters; ++i) {
+      if constexpr (PAIRS) {
+        if (i == i1) {
+          dt = scal1[0];
+          dA = scal1[1];
+        }
+      }
       const bool v = i * ngrp + grp < it.rows;
       float h[VEC];
       load(i, v, h);
@@ -1309,6 +1344,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   pipe_load_cols<VEC>(st.B + nbc, st.C + nbc, Bv, Cv);
   const float dt = PC ? 0.f : st.scal[0], dA = PC ? 0.f : st.scal[1],
               Dh = PC ? 0.f : st.scal[2 * T];
+  // Head pairs (kPipePairs): the second head's first row in the tile (past
+  // the tile otherwise); its step size, decay and D are scal[3..5].
+  const bool pair = kPipePairs<ST, MT, PC> && L.log2_heads_per_item != 0;
+  const int row1 = pair ? static_cast<int>(p.dim) : 1 << 30;
   const bool has_z = p.features & SSU_F_HAS_Z;
   const int64_t row0 = it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;  // in a slot
   ST* const dst = sl.dst >= 0 ? static_cast<ST*>(p.state) + sl.dst * p.state_stride_slot + row0
@@ -1489,10 +1528,10 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
     constexpr int kLpr128 = 128 * static_cast<int>(sizeof(ST)) / 16;
     if (lpr == kLpr128)
       pipe_rows16<ST, SR, kLpr128>(L, it, st, dst, L_row0, seed, keys, st.B + nbc,
-                                   st.C + nbc, dt, dA);
+                                   st.C + nbc, dt, dA, row1, st.scal + 3);
     else
       pipe_rows16<ST, SR, 0>(L, it, st, dst, L_row0, seed, keys, st.B + nbc,
-                             st.C + nbc, dt, dA);
+                             st.C + nbc, dt, dA, row1, st.scal + 3);
   } else {
     // f32 states, and the per-channel form (row sums at once).
     static_assert(!DEFER && !SR && !QUANT, "the f32 and per-channel row loop");
@@ -1562,7 +1601,7 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         const float acc =
             pipe_part_sum(part + r * row_floats + t * lpr, lpr, pipe_part_swizzle(slot, t, T, lpr));
         const float xv = st.x[t * L.row_stride + r];
-        float y = acc + (PC ? st.D_r[r] : Dh) * xv;
+        float y = acc + (PC ? st.D_r[r] : kPipePairs<ST, MT, PC> && r >= row1 ? st.scal[5] : Dh) * xv;
         if (has_z) y *= st.z[t * L.row_stride + r];
         out[t * p.out_stride_t + r] = from_f32<IT>(y);
         if constexpr (QUANT) {
@@ -1603,7 +1642,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
   // Prologue: the first item's loads (its indices waited for), the second
   // item's indices requested.
   int64_t item = blockIdx.x;
-  PipeItem cur = pipe_item(L, item);
+  PipeItem cur = pipe_item<kPipePairs<ST, MT, PC>>(L, item);
   PipeSlots cur_sl = pipe_resolve(p, pipe_load_indices(p, cur.b), cur.reporter);
   // Each item's copies form two cp.async groups where its operand chunks
   // are copied by cp.async (ops_group below): the chunks, then the state
@@ -1682,7 +1721,7 @@ __device__ __forceinline__ void pipe_body(const ssu_cuda_pipe_launch& L) {
     PipeItem nxt;
     PipeSlots nxt_sl{-1, -1};
     if (nitem < items) {
-      nxt = pipe_item(L, nitem);
+      nxt = pipe_item<kPipePairs<ST, MT, PC>>(L, nitem);
       nxt_sl = pipe_resolve(p, next_bits, nxt.reporter);
       issue_ops(nxt, nxt_sl, there, s ^ 1);
     }

@@ -210,6 +210,9 @@ class CudaBackend final : public Backend {
               pipe_pc16_regs_blocks_[s][i] = blocks_by_registers(pipe_pc16_fn_[s][i]);
             }
           }
+      // SSU_CUDA_PIPE_PAIRS=0: no head pairs (pipe_pairs_ok), for tests and
+      // measurements.
+      if (const char* e = std::getenv("SSU_CUDA_PIPE_PAIRS")) pipe_pairs_ = std::atoi(e) != 0;
       if (const char* e = std::getenv("SSU_CUDA_PIPE_TILE")) {
         const long v = std::strtol(e, nullptr, 10);
         if (v >= 1024 && v <= 65536) pipe_tile_bytes_ = v;
@@ -842,6 +845,20 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kPipeStaticSmem = 128;
   static constexpr int64_t kPipeBlockSmem = 1024 + kPipeStaticSmem;
 
+  // Whether a pipelined call may take two heads per item (log2_heads_per_item
+  // = 1): one token, per-head A, an 8-bit state (the pipe_rows16 loop; the
+  // kernels of other formats have no pairs),
+  // an even number of heads per group, x, z and out rows of adjacent heads
+  // adjacent (the state and scale pools' rows always are), and both heads'
+  // rows within the tile budget and the operand registers.
+  bool pipe_pairs_ok(const ssu_update_params& p, int64_t tile_bytes, int64_t max_rows) const {
+    if (!pipe_pairs_ || p.ntokens != 1 || (p.features & SSU_F_A_PER_CHANNEL)) return false;
+    const int64_t sb = state_bytes(p.state_dtype), P = p.dim;
+    return sb == 1 && p.heads_per_group % 2 == 0 && p.nheads % 2 == 0 && 2 * P <= max_rows &&
+           2 * P * p.dstate * sb <= tile_bytes && p.x_stride_h == P && p.out_stride_h == P &&
+           (!(p.features & SSU_F_HAS_Z) || p.z_stride_h == P);
+  }
+
   static int64_t pipe_layout(const ssu_update_params& p, int rows, ssu_cuda_pipe_launch* L) {
     const int64_t N = p.dstate, sb = state_bytes(p.state_dtype), T = p.ntokens;
     L->row_stride = pow2_ceil(rows);
@@ -863,7 +880,7 @@ class CudaBackend final : public Backend {
     L->off_x = put(T * L->row_stride * 4);
     L->off_z = put((p.features & SSU_F_HAS_Z) ? T * L->row_stride * 4 : 0);
     L->off_scale = put(is_scaled_state(p.state_dtype) ? int64_t(rows) * 4 : 0);
-    L->off_scal = put((2 * T + 1) * 4);
+    L->off_scal = put((2 * T + 1) * 4 << L->log2_heads_per_item);
     L->off_A = put(pc && !pipe_row_per_lane(p) ? rows * N * 4 : 0);
     L->off_dt_rows = put(pc ? int64_t(rows) * 4 : 0);
     L->off_D_rows = put(pc ? int64_t(rows) * 4 : 0);
@@ -1053,17 +1070,38 @@ class CudaBackend final : public Backend {
       if (rows <= groups || items >= 2 * resident * sms_) break;
       rows = std::max(groups, rows / 2);
     }
+    // Head pairs: where a whole head is a tile of less than half the tile
+    // budget (8-bit rows of N = 128), an item takes two adjacent heads, so
+    // that an item's fixed work (its indices, copies, barriers, scalars and
+    // row sums: about 650 instructions per warp against 4 x 275 for an int8
+    // head's rows) is paid once for both. Only while the call still gives
+    // every block two items.
+    L.log2_heads_per_item = 0;
+    if (rows == P && pipe_pairs_ok(p, tile_bytes, max_rows)) {
+      ssu_cuda_pipe_launch L2 = L;
+      L2.log2_heads_per_item = 1;
+      const int64_t smem2 = pipe_layout(p, 2 * P, &L2);
+      const int64_t resident2 =
+          std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem2 + kPipeBlockSmem)));
+      if (bh / 2 >= 2 * std::min<int64_t>(resident2 * sms_, pipe_max_blocks_)) {
+        L.log2_heads_per_item = 1;
+        rows = 2 * P;
+        resident = resident2;
+      }
+    }
     const int64_t smem = pipe_layout(p, rows, &L);
     if (smem + kPipeStaticSmem > max_smem_)
       fail(SSU_ERROR_NOT_SUPPORTED, "dstate=%d needs %lld bytes of shared memory per block, more "
            "than this device's %d", N, static_cast<long long>(smem + kPipeStaticSmem), max_smem_);
     L.rows_per_tile = rows;
-    L.tiles_per_head = (P + rows - 1) / rows;
-    L.items = bh * L.tiles_per_head;
+    // (With head pairs: one tile per pair, counted in pairs.)
+    const int64_t units = p.nheads >> L.log2_heads_per_item;  // items' heads per sequence
+    L.tiles_per_head = ((P << L.log2_heads_per_item) + rows - 1) / rows;
+    L.items = p.batch * units * L.tiles_per_head;
     L.div_tiles = fastdiv(L.tiles_per_head);
-    L.div_heads = fastdiv(p.nheads);
+    L.div_heads = fastdiv(units);
     L.div_heads_per_group = fastdiv(p.heads_per_group);
-    L.div_items_per_seq = fastdiv(p.nheads * L.tiles_per_head);
+    L.div_items_per_seq = fastdiv(units * L.tiles_per_head);
     L.log2_dstate = log2_exact(N);
     if (L.items > INT32_MAX || p.nheads * L.tiles_per_head > INT32_MAX)
       fail(SSU_ERROR_NOT_SUPPORTED, "batch*nheads=%lld is too large for one CUDA launch",
@@ -1299,6 +1337,7 @@ class CudaBackend final : public Backend {
   int64_t pipe_tile_bytes_ = 16384;
   int64_t pipe_max_blocks_ = INT32_MAX;
   bool pinned_pipe_small_ = false;
+  bool pipe_pairs_ = true;  // SSU_CUDA_PIPE_PAIRS
   // SSU_CUDA_DIRECT: unset (-1) = the direct kernels take the pipelined
   // plan's calls that are too small for the pipelined grid; 0 = never; 1 =
   // every call of their form.
