@@ -84,11 +84,13 @@ if [ "${TESTS:-1}" != 0 ]; then
   SSU_CUDA_DIRECT=1 "$build/tests/gpu/test_gpu_update" --test-case='*table*,*8-bit*' 2>&1 | tail -4
   note "gpu table and 8-bit states with SSU_CUDA_DIRECT=1: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   # CPU / CUDA state bits again with the direct kernels off (the simple
-  # kernels take the small calls) and on for every call of their form.
+  # kernels take the small calls; and no 8-bit items of two heads, so that
+  # the pipelined 8-bit kernels run every case one head at a time too) and
+  # on for every call of their form.
   for dm in 0 1; do
     t0=$(date +%s)
-    SSU_CUDA_DIRECT=$dm "$build/tests/gpu/test_gpu_rounding" 2>&1 | tail -4
-    note "test_gpu_rounding with SSU_CUDA_DIRECT=$dm: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
+    SSU_CUDA_DIRECT=$dm SSU_CUDA_PIPE_PAIRS=$dm "$build/tests/gpu/test_gpu_rounding" 2>&1 | tail -4
+    note "test_gpu_rounding with SSU_CUDA_DIRECT=$dm SSU_CUDA_PIPE_PAIRS=$dm: exit ${PIPESTATUS[0]} in $(( $(date +%s) - t0 )) s"
   done
   # The Mamba-1 kernels for every per-channel call of their form (by default
   # they take only calls with two row tiles and sequences per SM), three
