@@ -1083,7 +1083,8 @@ class CudaBackend final : public Backend {
       const int64_t smem2 = pipe_layout(p, 2 * P, &L2);
       const int64_t resident2 =
           std::max<int64_t>(1, std::min<int64_t>(by_regs, smem_per_sm_ / (smem2 + kPipeBlockSmem)));
-      if (bh / 2 >= 2 * std::min<int64_t>(resident2 * sms_, pipe_max_blocks_)) {
+      if (smem2 + kPipeStaticSmem <= max_smem_ &&
+          bh / 2 >= 2 * std::min<int64_t>(resident2 * sms_, pipe_max_blocks_)) {
         L.log2_heads_per_item = 1;
         rows = 2 * P;
         resident = resident2;
