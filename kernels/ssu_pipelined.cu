@@ -989,37 +989,6 @@ __device__ __forceinline__ void scaled_chunk_to_f32(const uint4& u, float rs, fl
   }
 }
 
-// A finite e4m3 row's chunk of 16 values times enc as codes rounded to
-// nearest: StateFormat<e4m3>::encode_finite's codes, two per hardware
-// conversion where there is one (encode_finite converts one beside a zero),
-// with each value's sign put back as it does (a flushed fp32 subnormal
-// keeps it): about 2 instructions per element fewer.
-__device__ __forceinline__ uint4 e4m3_chunk_rn_finite(const float* h, float enc) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t wd[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    uint32_t pr[2];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float lo = h[4 * k + 2 * j] * enc, hi = h[4 * k + 2 * j + 1] * enc;
-      unsigned short pair;
-      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(hi), "f"(lo));
-      // lo's top byte to byte 0, hi's to byte 1: their sign bits at 7 and 15.
-      const uint32_t signs = __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x73u);
-      pr[j] = static_cast<uint32_t>(pair) | (signs & 0x8080u);
-    }
-    wd[k] = __byte_perm(pr[0], pr[1], 0x5410u);
-  }
-  return make_uint4(wd[0], wd[1], wd[2], wd[3]);
-#else
-  Chunk<e4m3, 16> c;
-#pragma unroll
-  for (int e = 0; e < 16; ++e) c.e[e] = StateFormat<e4m3>::encode_finite(h[e], enc);
-  return c.u;
-#endif
-}
-
 // A row's chunk of fp32 values h as block-scaled codes with the row's
 // encode factor enc (pipe_encode_factor; finite: every h * enc is a
 // number), rounded to nearest or (SR, e4m3) with the elements' Philox words w.
