@@ -817,6 +817,9 @@ __device__ __forceinline__ float pipe_encode_factor(const float* hs, int lpr, bo
   const uint32_t m = __float_as_uint(a[0]);
   const float enc = StateFormat<ST>::encode_factor(a[0]);
   // A tiny nonzero maximum gives an infinite factor (0 * enc is NaN there).
+  // (scaled_row_finite(enc) states the same rule from the factor alone; this
+  // form, from the maximum's bits, measured 0.5-1 % faster in the int8
+  // kernel on an H200.)
   *finite = m < 0x7f800000u && enc < 3.0e38f;
   return enc;
 }

@@ -393,9 +393,9 @@ __device__ __forceinline__ void store_folded_row(const float* v, bool valid, ST*
       rs.L0 = row_off + static_cast<uint64_t>(ci * VEC);
       Chunk<ST, VEC> cc;
       if (sr)
-        encode_chunk<ST, VEC, true>(cc.e, v + k * VEC, rs);
+        encode_chunk<ST, VEC, true>(cc, v + k * VEC, rs);
       else
-        encode_chunk<ST, VEC, false>(cc.e, v + k * VEC, rs);
+        encode_chunk<ST, VEC, false>(cc, v + k * VEC, rs);
       store_encoded<ST, VEC>(dst_row + ci * VEC, cc, VEC);
     }
   }

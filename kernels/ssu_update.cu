@@ -268,6 +268,22 @@ __device__ __forceinline__ void for_each_sr_word(const RowStore& rs, F f) {
   }
 }
 
+// One lane's chunk of a row, encoded once and stored to one or two places
+// (a per-token store and an intermediate-buffer store share the bits).
+template <typename T, int VEC>
+union Chunk {
+  uint4 u;
+  T e[VEC];
+};
+
+// Whether every v * enc of a block-scaled row with encode factor enc
+// (StateFormat::encode_factor) is a number: the row holds no NaN or Inf
+// (whose factors are NaN and 0) and the factor of a tiny maximum did not
+// overflow (0 * Inf is NaN). Such a row may take the encoders' finite paths.
+__device__ __forceinline__ bool scaled_row_finite(float enc) {
+  return enc > 0.f && enc < 3.0e38f;
+}
+
 // A finite e4m3 row's chunk of 16 values times enc as codes rounded to
 // nearest: StateFormat<e4m3>::encode_finite's codes, two per hardware
 // conversion where there is one (encode_finite converts one beside a zero),
@@ -304,8 +320,10 @@ __device__ __forceinline__ uint4 e4m3_chunk_rn_finite(const float* h, float enc)
 // element order. Elements past `left` are never stored (their bits are
 // computed from the padding zeros and dropped).
 template <typename T, int VEC, bool SR>
-__device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStore& rs) {
+__device__ __forceinline__ void encode_chunk(Chunk<T, VEC>& c, const float* v,
+                                             const RowStore& rs) {
   using F = StateFormat<T>;
+  T* const e = c.e;
   if constexpr (F::kSr && SR && !F::kScaled) {  // f16, bf16
     uint16_t bits[VEC];
     for_each_sr_word<VEC>(rs, [&](int i, uint32_t w) { bits[i] = sr_bits<T>(v[i], w); });
@@ -314,14 +332,10 @@ __device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStor
   } else if constexpr (F::kSr && SR) {  // e4m3, with the row's encode factor
     for_each_sr_word<VEC>(rs, [&](int i, uint32_t w) { e[i] = F::encode_sr(v[i], rs.enc, w); });
   } else if constexpr (std::is_same<T, e4m3>::value && VEC == 16) {
-    // A row whose values times enc are all numbers (0 < enc < 3e38: no NaN
-    // or Inf in the row, no overflowed factor) takes the hardware pairs
+    // A finite row (scaled_row_finite) takes the hardware pairs
     // (e4m3_chunk_rn_finite): the same codes as F::encode.
-    if (rs.enc > 0.f && rs.enc < 3.0e38f) {
-      const uint4 c = e4m3_chunk_rn_finite(v, rs.enc);
-      const uint32_t wd[4] = {c.x, c.y, c.z, c.w};
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) e[i] = e4m3{static_cast<uint8_t>(wd[i / 4] >> (8 * (i % 4)))};
+    if (scaled_row_finite(rs.enc)) {
+      c.u = e4m3_chunk_rn_finite(v, rs.enc);
     } else {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) e[i] = F::encode(v[i], rs.enc);
@@ -334,14 +348,6 @@ __device__ __forceinline__ void encode_chunk(T* e, const float* v, const RowStor
     for (int i = 0; i < VEC; ++i) e[i] = from_f32<T>(v[i]);
   }
 }
-
-// One lane's chunk of a row, encoded once and stored to one or two places
-// (a per-token store and an intermediate-buffer store share the bits).
-template <typename T, int VEC>
-union Chunk {
-  uint4 u;
-  T e[VEC];
-};
 
 // Stores an encoded chunk: one 16-byte streaming store in the vectorized
 // kernels; element stores (at most `left`) in the general ones.
@@ -789,7 +795,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
             if (n0 >= N) continue;
             if (SR) rs.L0 = s0 * p.state_stride_slot + head_off + (int64_t)row * N + n0;
             Chunk<ST, VEC> c;
-            encode_chunk<ST, VEC, SR>(c.e, &hs[k * VEC], rs);
+            encode_chunk<ST, VEC, SR>(c, &hs[k * VEC], rs);
             if (dstp) store_encoded<ST, VEC>(dstp + n0, c, N - n0);
             if (intp) store_encoded<ST, VEC>(intp + n0, c, N - n0);
           }
@@ -813,7 +819,7 @@ __device__ __forceinline__ void update_body(const ssu_cuda_update_launch& L) {
           if (n0 >= N) continue;
           if (SR) rs.L0 = s0 * p.state_stride_slot + head_off + (int64_t)row * N + n0;
           Chunk<ST, VEC> c;
-          encode_chunk<ST, VEC, SR>(c.e, &hs[k * VEC], rs);
+          encode_chunk<ST, VEC, SR>(c, &hs[k * VEC], rs);
           store_encoded<ST, VEC>(final_base + (int64_t)row * N + n0, c, N - n0);
         }
         if (QUANT && lane_r == 0)
