@@ -100,6 +100,11 @@ const char kUsage[] =
     "                           first (default T: all tokens kept); with T = 1 and no\n"
     "                           --accept, num_accepted is absent (the step commits\n"
     "                           the previous step's token)\n"
+    "  --stagger                with --replay: the sequences of a call at different\n"
+    "                           points of their cycles (sequence i of a call i mod c\n"
+    "                           steps in), so that every step flushes about 1/c of\n"
+    "                           them, as in a server whose sequences started at\n"
+    "                           different times (default: all flush on one step)\n"
     "  --algorithm NAME         pin the plan's algorithm (update or Mamba-3 step):\n"
     "                           auto (default), cuda_simple, cuda_pipelined, cpu_rows\n"
     "  --threads K              CPU worker threads (default: all hardware threads)\n"
@@ -145,7 +150,10 @@ const char kUsage[] =
     "  step, and leaves the counters as it found them. One timed pass runs one\n"
     "  cycle on every set: step j of every set before step j + 1 of any, each\n"
     "  step on fresh inputs (CUDA: the pass captured as one graph; one untimed\n"
-    "  pass first). us/step = pass time / (c * sets).\n"
+    "  pass first). us/step = pass time / (c * sets). With --stagger, warm-up\n"
+    "  steps after the first ones (num_accepted K or 0 per sequence) leave\n"
+    "  sequence i of a call i mod c steps into its cycle, so that each step\n"
+    "  flushes about Bt / c of them; a cycle's bytes are the same.\n"
     "  Bytes of a step on Bt sequences whose commit leaves e ring entries to\n"
     "  read (e = j*K at step j = 1..c of the cycle), entry = H*P*sizeof(in) +\n"
     "  G*N*sizeof(in) + H[*P]*4 (x row, B rows, delta):\n"
@@ -174,6 +182,7 @@ struct Options {
   int64_t rank = 4;
   int64_t replay = 0;  // ring capacity L; 0: no replay
   int64_t accept = 0;  // num_accepted of a replay step; 0: T
+  bool stagger = false;  // replay: the sequences' cycles out of step
   ssu_algorithm_t algorithm = SSU_ALGORITHM_AUTO;
   int threads = 0;
   int iters = 0;  // 0: automatic
@@ -208,6 +217,7 @@ Options parse_args(int argc, char** argv) {
   Options o;
   bool set_heads = false, set_dim = false, set_dstate = false, set_groups = false,
        set_state = false, set_rank = false, set_tokens = false, set_accept = false;
+  bool set_stagger = false;
   for (int i = 0; i < argc; ++i) {
     if (i) o.command_line += ' ';
     o.command_line += shell_quote(argv[i]);
@@ -266,6 +276,9 @@ Options parse_args(int argc, char** argv) {
       o.mamba3 = true;
     } else if (a == "--replay") {
       o.replay = parse_positive(a, value());
+    } else if (a == "--stagger") {
+      o.stagger = true;
+      set_stagger = true;
     } else if (a == "--accept") {
       o.accept = parse_positive(a, value());
       set_accept = true;
@@ -291,6 +304,7 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (set_accept && !o.replay) usage_error("--accept applies to --replay only");
+  if (set_stagger && !o.replay) usage_error("--stagger applies to --replay only");
   if (o.pdl && (o.replay || o.mamba3 || o.sr_compare))
     usage_error("--pdl applies to the plain update (not --replay, --mamba3 or --sr-compare)");
   if (o.replay) {
@@ -1462,9 +1476,12 @@ constexpr int64_t kMaxReplayCalls = 4096;
 struct ReplayCfg {
   int64_t L, T, K;  // ring capacity, tokens per step, num_accepted of a step
   bool accepted;    // num_accepted passed (else each step commits pending)
+  bool stagger;     // sequence i of a call starts its cycle phase(i) steps in
   // Steps per cycle: after a commit the ring holds j*K entries at step j,
   // and step j flushes once j*K + T > L.
   int64_t cycle() const { return (L - T) / K + 1; }
+  // Steps into its cycle that sequence i of a call starts (--stagger).
+  int64_t phase(int64_t i) const { return stagger ? i % cycle() : 0; }
 };
 
 // Bytes that must move for a replay step on Bt sequences whose commit leaves
@@ -1513,6 +1530,12 @@ struct ReplayProblem {
   Buffer x, z, B, C, dt, out;
   std::vector<ssu_replay_args_t> calls;  // calls[j * sets + k]: step j of set k's cycle
   std::vector<ssu_replay_args_t> first;  // first[k]: set k's first step
+  // --stagger: after the first steps, warm[(w - 1) * sets + k] is set k's
+  // w-th warm-up step (w = 1 .. cycle - 1), in which the sequences at least w
+  // steps into their cycle commit K tokens and the others 0, so that
+  // sequence i enters the timed cycles with phase(i) * K committed entries.
+  std::vector<ssu_replay_args_t> warm;
+  std::vector<Buffer> warm_accepted;
   int64_t sets = 0, steps = 0;
   size_t ring_bytes = 0;
 };
@@ -1562,6 +1585,16 @@ void build_replay(ReplayProblem& rp, BenchDevice* dev, const Shape& s, const Rep
 
   rp.calls.clear();
   rp.first.clear();
+  rp.warm.clear();
+  rp.warm_accepted.clear();
+  if (c.stagger)
+    for (int64_t w = 1; w < rp.steps; ++w) {
+      std::vector<int32_t> acc(static_cast<size_t>(Bt));
+      for (int64_t i = 0; i < Bt; ++i) acc[size_t(i)] = c.phase(i) >= w ? int32_t(c.K) : 0;
+      Buffer b(dev, acc.size() * sizeof(int32_t));
+      dev->upload(b.ptr, acc.data(), acc.size() * sizeof(int32_t));
+      rp.warm_accepted.push_back(std::move(b));
+    }
   for (int64_t j = 0; j < rp.steps; ++j) {
     for (int64_t k = 0; k < rp.sets; ++k) {
       const ssu_update_args_t& u = pr.calls[size_t(k)];
@@ -1602,6 +1635,13 @@ void build_replay(ReplayProblem& rp, BenchDevice* dev, const Shape& s, const Rep
       }
     }
   }
+  // The warm-up steps reuse step 0's inputs (their outputs are not looked at).
+  for (size_t w = 0; w < rp.warm_accepted.size(); ++w)
+    for (int64_t k = 0; k < rp.sets; ++k) {
+      ssu_replay_args_t a = rp.calls[size_t(k)];
+      a.num_accepted = dense(rp.warm_accepted[w].ptr, SSU_DTYPE_I32, {Bt});
+      rp.warm.push_back(a);
+    }
 }
 
 // Zeroes every slot's counters (and the error word): all slots fresh.
@@ -1615,23 +1655,27 @@ void reset_counters(BenchDevice* dev, ReplayProblem& rp) {
   }
 }
 
-// After the first steps and whole cycles, every slot of the sets used is
-// back where its first step left it (committed 0, pending T: each cycle
-// ends with its flush step) and every other slot is still fresh. Returns ""
-// when so, else what differs.
+// After the first steps (and warm-up steps) and whole cycles, every slot of
+// the sets used is back where they left it (committed phase(i) * K for
+// sequence i, pending T: a cycle returns each sequence to its phase) and
+// every other slot is still fresh. Returns "" when so, else what differs.
 std::string check_counters(BenchDevice* dev, const ReplayProblem& rp, const Problem& pr,
-                           int64_t Bt, int64_t T) {
+                           const ReplayCfg& rc, int64_t Bt, int64_t T) {
   std::vector<int32_t> committed(rp.committed.bytes / sizeof(int32_t)),
       pending(rp.pending.bytes / sizeof(int32_t));
   dev->download(committed.data(), rp.committed.ptr, rp.committed.bytes);
   dev->download(pending.data(), rp.pending.ptr, rp.pending.bytes);
   std::vector<char> used(committed.size(), 0);
-  for (size_t i = 0; i < size_t(rp.sets * Bt); ++i) used[size_t(pr.index_host[i])] = 1;
+  std::vector<int32_t> want_c(committed.size(), 0);
+  for (size_t i = 0; i < size_t(rp.sets * Bt); ++i) {
+    used[size_t(pr.index_host[i])] = 1;
+    want_c[size_t(pr.index_host[i])] = int32_t(rc.phase(int64_t(i) % Bt) * rc.K);
+  }
   for (size_t s = 0; s < committed.size(); ++s) {
     const int32_t want_p = used[s] ? int32_t(T) : 0;
-    if (committed[s] != 0 || pending[s] != want_p)
-      return format("slot %zu has committed %d, pending %d after whole cycles (expected 0, %d)", s,
-                    committed[s], pending[s], want_p);
+    if (committed[s] != want_c[s] || pending[s] != want_p)
+      return format("slot %zu has committed %d, pending %d after whole cycles (expected %d, %d)",
+                    s, committed[s], pending[s], want_c[s], want_p);
   }
   if (rp.error_word.ptr) {
     uint32_t w = 0;
@@ -1688,9 +1732,24 @@ bool time_replay(const Options& o, const Env& env, const Shape& shape, const Rep
     BenchDevice::check(ssu_plan_execute_replay(p, &rp.calls[i], s), "ssu_plan_execute_replay");
   };
   const size_t n = rp.calls.size();
-  // Fresh slots, each set's first step, then whole cycles only.
+  // Fresh slots, each set's first step (and the warm-up steps that put its
+  // sequences out of step), then whole cycles only.
   reset_counters(env.dev, rp);
   env.dev->run_ops(first, rp.first.size());
+  if (!rp.warm.empty()) {
+    // (A plan fixes whether num_accepted is passed: the warm-up steps, which
+    // pass it, have their own where the timed steps do not.)
+    ssu_plan_t wp = nullptr;
+    if (!rc.accepted)
+      BenchDevice::check(ssu_plan_create_replay(env.ctx, &rp.warm[0], &po, &wp),
+                         "ssu_plan_create_replay (warm-up steps)");
+    PlanGuard warm_plan(wp);
+    const Op warm = [&](size_t k, ssu_stream_t s) {
+      BenchDevice::check(ssu_plan_execute_replay(wp ? wp : p, &rp.warm[k], s),
+                         "ssu_plan_execute_replay");
+    };
+    env.dev->run_ops(warm, rp.warm.size());
+  }
   int iters = o.iters;
   if (iters == 0) {
     const double pass = std::max(env.dev->time_sequence(cycle, n, 1) * double(n), 1e-9);
@@ -1699,7 +1758,7 @@ bool time_replay(const Options& o, const Env& env, const Shape& shape, const Rep
   }
   r.time_s = env.dev->time_sequence(cycle, n, iters);
   r.iters = iters;
-  r.check = check_counters(env.dev, rp, pr, Bt, shape.T);
+  r.check = check_counters(env.dev, rp, pr, rc, Bt, shape.T);
   if (!r.check.empty())
     std::fprintf(stderr, "ssu-bench: batch %lld: replay counters: %s\n", (long long)Bt,
                  r.check.c_str());
@@ -1713,11 +1772,12 @@ bool time_replay(const Options& o, const Env& env, const Shape& shape, const Rep
 
 std::string replay_cfg_text(const ReplayCfg& c) {
   return format("replay ring L=%lld, T=%lld token%s per step, num_accepted %s; cycle = %lld "
-                "step%s (%lld append + 1 flush)",
+                "step%s (%lld append + 1 flush)%s",
                 (long long)c.L, (long long)c.T, c.T > 1 ? "s" : "",
                 c.accepted ? format("%lld (the first step 0)", (long long)c.K).c_str()
                            : "absent (a step commits the previous one's token)",
-                (long long)c.cycle(), c.cycle() > 1 ? "s" : "", (long long)c.cycle() - 1);
+                (long long)c.cycle(), c.cycle() > 1 ? "s" : "", (long long)c.cycle() - 1,
+                c.stagger ? ", sequences staggered over the cycle" : "");
 }
 
 // The replay sweep: per batch, the plain update and a replay cycle of the
@@ -1727,7 +1787,7 @@ void run_replay(const Options& o, const Env& env, Report& rep) {
   const Shape shape{o.heads, o.dim, o.dstate, o.groups, o.tokens, o.mamba1,
                     o.state_dtype, o.input_dtype};
   const ReplayCfg rc{o.replay, o.tokens, o.accept ? o.accept : o.tokens,
-                     o.accept != 0 || o.tokens > 1};
+                     o.accept != 0 || o.tokens > 1, o.stagger};
   rep.mode = "replay";
   const std::string cfg = config_text(o, shape) + "; " + replay_cfg_text(rc);
   std::fprintf(stderr, "ssu-bench: %s\n", cfg.c_str());
@@ -1738,14 +1798,15 @@ void run_replay(const Options& o, const Env& env, Report& rep) {
       "\"input_dtype\": \"%s\", \"param_dtype\": \"f32\", \"param_layout\": \"%s\", "
       "\"dt_softplus\": true, \"z\": true, \"D\": true, \"dt_bias\": true, "
       "\"index_dtype\": \"i32\", \"threads\": %d, \"ring_len\": %lld, \"num_accepted\": %s, "
-      "\"cycle_steps\": %lld, \"ring_dt_dtype\": \"f32\"}",
+      "\"cycle_steps\": %lld, \"stagger\": %s, \"ring_dt_dtype\": \"f32\"}",
       (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.G,
       (long long)shape.T, shape.T > 1 ? "multi_token" : "single_token",
       o.mamba1 ? "true" : "false", ssu_dtype_name(shape.state_dtype),
       is_scaled(shape.state_dtype) ? "true" : "false", rounding_name(o),
       ssu_dtype_name(shape.input_dtype), shape.per_channel ? "per_channel" : "per_head",
       o.threads, (long long)rc.L,
-      rc.accepted ? std::to_string(rc.K).c_str() : "null", (long long)rc.cycle());
+      rc.accepted ? std::to_string(rc.K).c_str() : "null", (long long)rc.cycle(),
+      rc.stagger ? "true" : "false");
   rep.bytes_formula =
       "replay step with e ring entries read (e = j*K at step j = 1..c): checkpoint "
       "Bt*H*P*N*sizeof(state) [+ i16 scales Bt*H*P*4] read (and written at the flush step) + "
