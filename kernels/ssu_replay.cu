@@ -1022,16 +1022,21 @@ __device__ __forceinline__ void replay_weights_shared(const IT* s_Br, const IT* 
 // planner sends other shapes to the block kernels.
 constexpr int kReplayWarpEl = 16;  // state elements per lane and row
 // Row steps in flight per warp (a step: 4 rows, 2 KiB of an f32 state), and
-// the blocks per SM the registers for them allow: 16-bit states four steps
-// (and 8-bit states, 16 elements per lane and row too) at five blocks
-// (96 registers), f32 states four steps at four blocks
-// (128 registers): a warp streams its head alone, so its bytes in flight set
-// its pace, and at batch 512 the deeper f32 pipeline measured 5 % faster
-// than two steps at five blocks.
+// the blocks per SM the registers allow: f32 and 16-bit states at four
+// blocks (128 registers), 8-bit states at five (96). At batch 512 the f32
+// kernels' four steps measured 5 % faster than two at five blocks. The
+// 16-bit kernels take four blocks for their flushes, which fold two rows
+// per B load at 128 registers (below): a flush warp's ~24 K instructions
+// are what a step waits for when only a few sequences flush (H200, bf16
+// batch 8 / 64 / 256: 17.1 / 73.1 / 246.9 -> 15.4 / 71.4 / 253.2 us per
+// step in whole cycles (with two parts at batch 8), 31.3 / 100.0 / 286.1 ->
+// 22.4 / 96.8 / 287.0 with the sequences' cycles out of step; batch 512
+// +2 % either way). Eight steps in flight (128 registers for 16-bit, 96 for
+// 8-bit states) measured no faster: bf16 batch 512 +6 %, int8 +2 %.
 template <typename ST>
 constexpr int kReplayWarpDepth = 4;
 template <typename ST>
-constexpr int kReplayWarpMinBlocks = (sizeof(ST) == 4 ? 4 : 5) * 128 / SSU_CUDA_REPLAY_THREADS;
+constexpr int kReplayWarpMinBlocks = (sizeof(ST) != 1 ? 4 : 5) * 128 / SSU_CUDA_REPLAY_THREADS;
 
 template <typename ST, typename IT>
 __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L) {
@@ -1379,15 +1384,16 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
     }
   };
   // The committed entries folded into a lane's values of one row (va: row
-  // ra) or, with 4-byte states, two at once (vb: row rb, the same columns),
-  // in the update's fp32 sequence v * dA_j + B_j * (delta_j * x_j): the
-  // flush's arithmetic, most of its instructions. Two rows share each B load
-  // and give the scheduler two independent chains (16-bit states' kernels
-  // have 96 registers: the second row would spill into their appends).
+  // ra) or, with 4- and 2-byte states, two at once (vb: row rb, the same
+  // columns), in the update's fp32 sequence v * dA_j + B_j * (delta_j *
+  // x_j): the flush's arithmetic, most of its instructions. Two rows share
+  // each B load and give the scheduler two independent chains (8-bit
+  // states' kernels have 96 registers; at 96 the 16-bit ones spilled 112
+  // bytes with it).
   // F32B: B from the block's f32 copy (L.off_group_Bf, 16-byte loads,
   // nothing widened), else widened from s_Br by bit operations; Full: the
   // lane holds KC chunks (kc == KC), so no chunk is tested.
-  constexpr bool kFoldPairs = sizeof(ST) == 4;
+  constexpr bool kFoldPairs = sizeof(ST) >= 2;
   auto fold_rows = [&](auto full, auto f32b, float* va, float* vb, int ra, int rb) {
     constexpr bool Full = decltype(full)::value;
     constexpr bool F32B = decltype(f32b)::value;
@@ -1504,9 +1510,9 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
       fold_rows(std::false_type(), std::false_type(), va, vb, ca, cb);
     }
   };
-  // Flush step: with 4-byte states two row steps at a time (rows rs * 4 +
-  // grp and 4 further), the next two requested as soon as these are in
-  // registers; else one at a time.
+  // Flush step: with 4- and 2-byte states two row steps at a time (rows
+  // rs * 4 + grp and 4 further), the next two requested as soon as these
+  // are in registers; else one at a time.
   auto fold_all = [&] {
     if constexpr (!kFoldPairs) {
       run_steps(std::integral_constant<int, 2>(), [&](int rs, const uint4* raw) {
