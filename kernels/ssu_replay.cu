@@ -1145,12 +1145,13 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   // 8 k chunks further (immediate offsets).
   const uint4* const lane_src = reinterpret_cast<const uint4*>(ckpt + grp * N) + l8;
   const int step_chunks = 4 * N / VEC;
-  // With 4-byte states a chunk not loaded (a row beyond P, a chunk beyond
-  // kc) keeps what its register held (zeros, or an earlier row step's
-  // values): no row beyond P is stored or written out and no chunk beyond
-  // kc is read, and the zeroing was 8 of a one-token row step's ~50
-  // instructions (H100 f32 batch 64, launches alone: appends -6 %, flushes
-  // -5 %). The 16-bit-state kernels spilled without it and keep it.
+  // With 4- and 2-byte states a chunk not loaded (a row beyond P, a chunk
+  // beyond kc) keeps what its register held (zeros from the start for a
+  // chunk beyond kc, or an earlier row step's values for a row beyond P): no
+  // row beyond P is stored or written out, and each row's values (its dots,
+  // mma rows, encode factor) stay its own; the zeroing was 8 of a one-token
+  // row step's ~50 instructions (H100 f32 batch 64, launches alone: appends
+  // -6 %, flushes -5 %). The 8-bit-state kernels (96 registers) keep it.
   // (The step's address as one 32 x 32 + 64-bit multiply-add, chunk k at an
   // immediate offset from it.)
   const uint32_t step_bytes = static_cast<uint32_t>(step_chunks) * 16u;
@@ -1160,7 +1161,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
         reinterpret_cast<const char*>(lane_src) + static_cast<uint32_t>(rs) * step_bytes);
 #pragma unroll
     for (int k = 0; k < KC; ++k) {
-      if constexpr (sizeof(ST) != 4) raw[k] = make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (sizeof(ST) == 1) raw[k] = make_uint4(0u, 0u, 0u, 0u);
       if (in && k < kc) raw[k] = __ldcs(src + 8 * k);
     }
   };
