@@ -217,7 +217,6 @@ Options parse_args(int argc, char** argv) {
   Options o;
   bool set_heads = false, set_dim = false, set_dstate = false, set_groups = false,
        set_state = false, set_rank = false, set_tokens = false, set_accept = false;
-  bool set_stagger = false;
   for (int i = 0; i < argc; ++i) {
     if (i) o.command_line += ' ';
     o.command_line += shell_quote(argv[i]);
@@ -278,7 +277,6 @@ Options parse_args(int argc, char** argv) {
       o.replay = parse_positive(a, value());
     } else if (a == "--stagger") {
       o.stagger = true;
-      set_stagger = true;
     } else if (a == "--accept") {
       o.accept = parse_positive(a, value());
       set_accept = true;
@@ -304,7 +302,7 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (set_accept && !o.replay) usage_error("--accept applies to --replay only");
-  if (set_stagger && !o.replay) usage_error("--stagger applies to --replay only");
+  if (o.stagger && !o.replay) usage_error("--stagger applies to --replay only");
   if (o.pdl && (o.replay || o.mamba3 || o.sr_compare))
     usage_error("--pdl applies to the plain update (not --replay, --mamba3 or --sr-compare)");
   if (o.replay) {

@@ -629,8 +629,9 @@ class CudaBackend final : public Backend {
   // Warps per head of the warp kernels: a power of two that divides the
   // head's rows into parts of whole row steps (4 rows) and of whole 16-byte
   // chunks of x (8 rows of 16-bit inputs), the most that keep the launch
-  // within 8 warps per SM. Below serving batch a warp's life is mostly its
-  // fixed chain of dependent round trips, not its rows, so a head in
+  // within 8 warps per SM, and at least two within 16 (below). Below
+  // serving batch a warp's life is mostly its fixed chain of dependent round
+  // trips, not its rows, so a head in
   // several parts helps only until the warps fill about half of what the
   // registers allow (16 or 20 per SM); beyond that each further part is
   // another warp's fixed cost (H100, us per step: f32 batch 2 in 1, 2, 4,
