@@ -1038,7 +1038,11 @@ constexpr int kReplayWarpDepth = 4;
 template <typename ST>
 constexpr int kReplayWarpMinBlocks = (sizeof(ST) != 1 ? 4 : 5) * 128 / SSU_CUDA_REPLAY_THREADS;
 
-template <typename ST, typename IT>
+// ONE: the call has one token per sequence (a plan of max_tokens 1, not
+// the flush op), so the multi-token paths are compiled out: the kernel is
+// about a quarter shorter, and at small batch an append warp spent a third
+// of its stall samples waiting for instructions (H200, bf16 batch 8).
+template <typename ST, typename IT, bool ONE>
 __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L) {
   constexpr int VEC = 16 / sizeof(ST);
   constexpr int KC = kReplayWarpEl / VEC;  // 16-byte chunks per lane and row, at most
@@ -1096,6 +1100,7 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   const int64_t slot =
       (f & SSU_F_HAS_SRC) ? load_index(p.src_index, p.index_dtype, b * p.src_stride_b) : b;
   if (!replay_tokens(p, b, reporter, &tok0, &T)) return;
+  if constexpr (ONE) T = 1;  // (max_tokens 1: a sequence runs 0 or 1 tokens)
   stage_inputs<IT, 32>(p, b, h, g, tok0, T, r0, P, s_Bt, s_C, s_xt, s_z, lane);
   // The per-head parameters and this call's step sizes do not depend on the
   // slot: requested now, they arrive with it instead of a round trip after
@@ -1743,12 +1748,22 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
       ssu_replay_warp_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                 \
     pdl_wait();                                                                          \
-    replay_warp_body<ST, IT>(L);                                                         \
+    replay_warp_body<ST, IT, false>(L);                                                  \
+  }
+// The one-token warp kernels, for 16-bit inputs only (serving's; f32 inputs
+// take the general kernel).
+#define SSU_REPLAY_WARP1_KERNEL(SNAME, ST, INAME, IT)                                    \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
+      ssu_replay_warp1_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                \
+    pdl_wait();                                                                          \
+    replay_warp_body<ST, IT, true>(L);                                                   \
   }
 #define SSU_REPLAY_KERNELS(SNAME, ST)            \
   SSU_REPLAY_KERNEL(SNAME, ST, f32, float)       \
   SSU_REPLAY_KERNEL(SNAME, ST, f16, f16)         \
-  SSU_REPLAY_KERNEL(SNAME, ST, bf16, bf16)
+  SSU_REPLAY_KERNEL(SNAME, ST, bf16, bf16)       \
+  SSU_REPLAY_WARP1_KERNEL(SNAME, ST, f16, f16)   \
+  SSU_REPLAY_WARP1_KERNEL(SNAME, ST, bf16, bf16)
 SSU_REPLAY_KERNELS(f32, float)
 SSU_REPLAY_KERNELS(f16, f16)
 SSU_REPLAY_KERNELS(bf16, bf16)
@@ -1756,4 +1771,5 @@ SSU_REPLAY_KERNELS(i16, int16_t)
 SSU_REPLAY_KERNELS(i8, int8_t)
 SSU_REPLAY_KERNELS(f8e4m3, e4m3)
 #undef SSU_REPLAY_KERNELS
+#undef SSU_REPLAY_WARP1_KERNEL
 #undef SSU_REPLAY_KERNEL

@@ -303,6 +303,10 @@ class CudaBackend final : public Backend {
               format("ssu_replay_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
           replay_warp_fn_[si][i] = load_streaming_kernel(
               format("ssu_replay_warp_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
+          // The one-token warp kernels exist for 16-bit inputs (f16, bf16).
+          if (i != 0)
+            replay_warp1_fn_[si][i] = load_streaming_kernel(
+                format("ssu_replay_warp1_%s_%s", kDtypeNames[si], kDtypeNames[i]).c_str());
         }
     } catch (...) {
       release();
@@ -432,7 +436,10 @@ class CudaBackend final : public Backend {
       if (p.nheads * parts >= 32768)
         fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld in %d parts make too many warps per sequence "
              "for the replay kernels (limit 32767)", static_cast<long long>(p.nheads), parts);
-      fn = replay_warp_fn_[si][ii];
+      // One token per sequence (max_tokens 1, not the flush op): the warp
+      // kernels without their multi-token paths, where they exist.
+      const bool one = p.ntokens == 1 && !(rp.rflags & SSU_RF_FLUSH_OP);
+      fn = one && replay_warp1_fn_[si][ii] ? replay_warp1_fn_[si][ii] : replay_warp_fn_[si][ii];
       blocks = (bh * parts + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
       need = warp_need;
     } else {
@@ -1368,6 +1375,7 @@ class CudaBackend final : public Backend {
   CUfunction advance_seed_fn_ = nullptr;
   CUfunction replay_fn_[kUpdateStateDtypes][3] = {};
   CUfunction replay_warp_fn_[kUpdateStateDtypes][3] = {};
+  CUfunction replay_warp1_fn_[kUpdateStateDtypes][3] = {};  // f16, bf16 inputs only
   int replay_max_rows_ = 0;
   int replay_prefetch_ = -1;  // SSU_CUDA_REPLAY_PREFETCH; -1: by state dtype
   bool replay_group_share_ = true;  // SSU_CUDA_REPLAY_GROUP_SHARE
