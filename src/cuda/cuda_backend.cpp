@@ -425,8 +425,13 @@ class CudaBackend final : public Backend {
     // replay_warp_parts gives; the block kernels, which split heads into
     // row tiles, below that. (H100, us per step: f32 batch 2 12.7 against
     // 13.7, bf16 batch 4 13.4 against 14.9; batch 1 (one head per SM)
-    // 10.9 against 10.8 f32, 10.4 against 10.1 bf16.)
-    const bool warp_batch = replay_warp_ == 1 || 2 * bh >= 3 * sms_;
+    // 10.9 against 10.8 f32, 10.4 against 10.1 bf16.) One token per
+    // sequence with 16-bit inputs (the one-token warp kernels, below): the
+    // warp kernels at any batch (H200, batch 1: bf16 10.00 -> 9.80, f32
+    // checkpoint 10.50 -> 10.37, int8 even).
+    const bool one = p.ntokens == 1 && !(rp.rflags & SSU_RF_FLUSH_OP) && replay_warp1_fn_[si][ii];
+    const bool warp_batch =
+        replay_warp_ == 1 || 2 * bh >= 3 * sms_ || (replay_warp_ != 0 && one);
     const int parts = warp_batch ? replay_warp_parts(rp, bh) : 1;
     const int64_t warp_need = warp_batch ? replay_warp_smem(rp, parts, &L) : -1;
     CUfunction fn;
@@ -438,8 +443,7 @@ class CudaBackend final : public Backend {
              "for the replay kernels (limit 32767)", static_cast<long long>(p.nheads), parts);
       // One token per sequence (max_tokens 1, not the flush op): the warp
       // kernels without their multi-token paths, where they exist.
-      const bool one = p.ntokens == 1 && !(rp.rflags & SSU_RF_FLUSH_OP);
-      fn = one && replay_warp1_fn_[si][ii] ? replay_warp1_fn_[si][ii] : replay_warp_fn_[si][ii];
+      fn = one ? replay_warp1_fn_[si][ii] : replay_warp_fn_[si][ii];
       blocks = (bh * parts + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
       need = warp_need;
     } else {
