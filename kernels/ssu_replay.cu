@@ -1739,31 +1739,29 @@ __device__ __forceinline__ void replay_warp_body(const ssu_cuda_replay_launch& L
 
 }  // namespace
 
+// A warp-per-head kernel: ssu_replay_warp<KIND>_<state>_<input>, KIND empty
+// for the general kernel and 1 for the one-token one (ONE).
+#define SSU_REPLAY_WARP_KERNEL(KIND, ONE, SNAME, ST, INAME, IT)                          \
+  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
+      ssu_replay_warp##KIND##_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {         \
+    pdl_wait();                                                                          \
+    replay_warp_body<ST, IT, ONE>(L);                                                    \
+  }
 #define SSU_REPLAY_KERNEL(SNAME, ST, INAME, IT)                                          \
   extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayMinBlocks)                         \
       ssu_replay_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                      \
     pdl_wait();                                                                          \
     replay_body<ST, IT>(L);                                                              \
   }                                                                                      \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
-      ssu_replay_warp_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                 \
-    pdl_wait();                                                                          \
-    replay_warp_body<ST, IT, false>(L);                                                  \
-  }
-// The one-token warp kernels, for 16-bit inputs only (serving's; f32 inputs
+  SSU_REPLAY_WARP_KERNEL(, false, SNAME, ST, INAME, IT)
+// The one-token warp kernels for 16-bit inputs only (serving's; f32 inputs
 // take the general kernel).
-#define SSU_REPLAY_WARP1_KERNEL(SNAME, ST, INAME, IT)                                    \
-  extern "C" __global__ void __launch_bounds__(SSU_CUDA_REPLAY_THREADS, kReplayWarpMinBlocks<ST>) \
-      ssu_replay_warp1_##SNAME##_##INAME(const ssu_cuda_replay_launch L) {                \
-    pdl_wait();                                                                          \
-    replay_warp_body<ST, IT, true>(L);                                                   \
-  }
-#define SSU_REPLAY_KERNELS(SNAME, ST)            \
-  SSU_REPLAY_KERNEL(SNAME, ST, f32, float)       \
-  SSU_REPLAY_KERNEL(SNAME, ST, f16, f16)         \
-  SSU_REPLAY_KERNEL(SNAME, ST, bf16, bf16)       \
-  SSU_REPLAY_WARP1_KERNEL(SNAME, ST, f16, f16)   \
-  SSU_REPLAY_WARP1_KERNEL(SNAME, ST, bf16, bf16)
+#define SSU_REPLAY_KERNELS(SNAME, ST)                    \
+  SSU_REPLAY_KERNEL(SNAME, ST, f32, float)               \
+  SSU_REPLAY_KERNEL(SNAME, ST, f16, f16)                 \
+  SSU_REPLAY_KERNEL(SNAME, ST, bf16, bf16)               \
+  SSU_REPLAY_WARP_KERNEL(1, true, SNAME, ST, f16, f16)   \
+  SSU_REPLAY_WARP_KERNEL(1, true, SNAME, ST, bf16, bf16)
 SSU_REPLAY_KERNELS(f32, float)
 SSU_REPLAY_KERNELS(f16, f16)
 SSU_REPLAY_KERNELS(bf16, bf16)
@@ -1771,5 +1769,5 @@ SSU_REPLAY_KERNELS(i16, int16_t)
 SSU_REPLAY_KERNELS(i8, int8_t)
 SSU_REPLAY_KERNELS(f8e4m3, e4m3)
 #undef SSU_REPLAY_KERNELS
-#undef SSU_REPLAY_WARP1_KERNEL
+#undef SSU_REPLAY_WARP_KERNEL
 #undef SSU_REPLAY_KERNEL

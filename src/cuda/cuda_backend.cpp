@@ -425,9 +425,10 @@ class CudaBackend final : public Backend {
     // replay_warp_parts gives; the block kernels, which split heads into
     // row tiles, below that. (H100, us per step: f32 batch 2 12.7 against
     // 13.7, bf16 batch 4 13.4 against 14.9; batch 1 (one head per SM)
-    // 10.9 against 10.8 f32, 10.4 against 10.1 bf16.) One token per
-    // sequence with 16-bit inputs (the one-token warp kernels, below): the
-    // warp kernels at any batch (H200, batch 1: bf16 10.00 -> 9.80, f32
+    // 10.9 against 10.8 f32, 10.4 against 10.1 bf16.) A call of one token
+    // per sequence (max_tokens 1; the flush op has none) with 16-bit inputs
+    // takes the one-token warp kernels (their multi-token paths compiled
+    // out), at any batch (H200, batch 1: bf16 10.00 -> 9.80, f32
     // checkpoint 10.50 -> 10.37, int8 even).
     const bool one = p.ntokens == 1 && !(rp.rflags & SSU_RF_FLUSH_OP) && replay_warp1_fn_[si][ii];
     const bool warp_batch =
@@ -441,8 +442,6 @@ class CudaBackend final : public Backend {
       if (p.nheads * parts >= 32768)
         fail(SSU_ERROR_NOT_SUPPORTED, "nheads=%lld in %d parts make too many warps per sequence "
              "for the replay kernels (limit 32767)", static_cast<long long>(p.nheads), parts);
-      // One token per sequence (max_tokens 1, not the flush op): the warp
-      // kernels without their multi-token paths, where they exist.
       fn = one ? replay_warp1_fn_[si][ii] : replay_warp_fn_[si][ii];
       blocks = (bh * parts + SSU_CUDA_REPLAY_WARPS - 1) / SSU_CUDA_REPLAY_WARPS;
       need = warp_need;
@@ -642,11 +641,11 @@ class CudaBackend final : public Backend {
   // chunks of x (8 rows of 16-bit inputs), the most that keep the launch
   // within 8 warps per SM, and at least two within 16 (below). Below
   // serving batch a warp's life is mostly its fixed chain of dependent round
-  // trips, not its rows, so a head in
-  // several parts helps only until the warps fill about half of what the
-  // registers allow (16 or 20 per SM); beyond that each further part is
-  // another warp's fixed cost (H100, us per step: f32 batch 2 in 1, 2, 4,
-  // 8 parts 14.3, 13.0, 12.7, 13.1; bf16 batch 4 15.3, 13.4, 14.2, 21.1).
+  // trips, not its rows, so a head in several parts helps only until the
+  // warps fill about half of what the registers allow (16 or 20 per SM);
+  // beyond that each further part is another warp's fixed cost (H100, us
+  // per step: f32 batch 2 in 1, 2, 4, 8 parts 14.3, 13.0, 12.7, 13.1; bf16
+  // batch 4 15.3, 13.4, 14.2, 21.1).
   int replay_warp_parts(const ssu_replay_params& rp, int64_t bh) const {
     const ssu_update_params& p = rp.u;
     const int64_t P = p.dim;
