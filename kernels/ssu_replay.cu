@@ -439,6 +439,10 @@ __device__ __forceinline__ void write_outputs(const ssu_update_params& p, IT* ou
 // has counted itself in) and the counters; with entries false the counters
 // only (append steps write their new entries as they have them: nobody in
 // the call reads those).
+// B goes 16 bytes at a time where the rows allow, each thread's loads of a
+// round issued before its stores, an index divided per chunk: one value an
+// iteration cost a warp a round trip and two divisions per value (32 of
+// each for a bf16 call's B of 8 x 128 at the end of every flush step).
 template <typename IT, int NT>
 __device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp, int64_t b,
                                                      int64_t s, int64_t tok0, int T, int newc,
@@ -447,16 +451,46 @@ __device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp
   const uint32_t f = p.features;
   if (entries && !(rp.rflags & SSU_RF_FLUSH_OP)) {
     const int G = static_cast<int>(p.ngroups), N = static_cast<int>(p.dstate);
-    IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s;
-    for (int i = tid; i < T * G * N; i += NT) {
-      const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
-      Bw[(newc + t) * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
-          static_cast<const IT*>(p.B)[b * p.B_stride_b + (tok0 + t) * p.B_stride_t +
-                                      gg * p.B_stride_g + n];
+    IT* const Bw = static_cast<IT*>(rp.ring_B) + s * rp.ring_B_stride_s + newc * rp.ring_B_stride_l;
+    const IT* const Bs = static_cast<const IT*>(p.B) + b * p.B_stride_b + tok0 * p.B_stride_t;
+    // B: T x G rows of N values, as 16-byte chunks where the rows allow
+    // (KB chunks a thread and round), else one value at a time.
+    constexpr int V = 16 / sizeof(IT);
+    constexpr int KB = NT >= 64 ? 1 : 64 / NT;
+    const bool vec = N % V == 0 &&
+                     ((reinterpret_cast<uintptr_t>(Bw) | reinterpret_cast<uintptr_t>(Bs)) & 15) == 0 &&
+                     ((rp.ring_B_stride_l | rp.ring_B_stride_g | p.B_stride_t | p.B_stride_g) *
+                      static_cast<int64_t>(sizeof(IT))) % 16 == 0;
+    if (vec) {
+      const int cpr = N / V, total = T * G * cpr;
+      for (int base = tid; base < total; base += KB * NT) {
+        uint4 v[KB];
+        uint4* dst[KB];
+#pragma unroll
+        for (int k = 0; k < KB; ++k) {
+          const int i = base + k * NT;
+          if (i < total) {
+            const int row = i / cpr, n = (i - row * cpr) * V, t = row / G, gg = row - t * G;
+            v[k] = __ldg(reinterpret_cast<const uint4*>(Bs + t * p.B_stride_t + gg * p.B_stride_g + n));
+            dst[k] = reinterpret_cast<uint4*>(Bw + t * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n);
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < KB; ++k)
+          if (base + k * NT < total) *dst[k] = v[k];
+      }
+    } else {
+      for (int i = tid; i < T * G * N; i += NT) {
+        const int t = i / (G * N), rem = i - t * G * N, gg = rem / N, n = rem - gg * N;
+        Bw[t * rp.ring_B_stride_l + gg * rp.ring_B_stride_g + n] =
+            Bs[t * p.B_stride_t + gg * p.B_stride_g + n];
+      }
     }
+    // delta: T x H (x P per channel) values (with one token, H: a few
+    // values a thread).
     const int H = static_cast<int>(p.nheads);
     const int per = (f & SSU_F_DT_PER_CHANNEL) ? static_cast<int>(p.dim) : 1;
-    float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s;
+    float* const dw = rp.ring_dt + s * rp.ring_dt_stride_s + newc * rp.ring_dt_stride_l;
     for (int i = tid; i < T * H * per; i += NT) {
       const int t = i / (H * per), rem = i - t * H * per, hh = rem / per, pp = rem - hh * per;
       const int64_t tok = tok0 + t;
@@ -467,7 +501,7 @@ __device__ __forceinline__ void write_shared_entries(const ssu_replay_params& rp
         v += load_param(p.dt_bias, p.dt_bias_dtype,
                         hh * p.dt_bias_stride_h + static_cast<int64_t>(pp) * p.dt_bias_stride_p);
       if (f & SSU_F_DT_SOFTPLUS) v = softplus20(v);
-      dw[(newc + t) * rp.ring_dt_stride_l + hh * rp.ring_dt_stride_h +
+      dw[t * rp.ring_dt_stride_l + hh * rp.ring_dt_stride_h +
          static_cast<int64_t>(pp) * rp.ring_dt_stride_p] = v;
     }
   }
