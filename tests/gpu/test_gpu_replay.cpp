@@ -213,6 +213,21 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
     }
   }
   const std::vector<ReplayCase> cases = selected(table, true);
+  // Every other case the warp-per-head kernels can take runs again on a
+  // context whose planner never splits a head over several warps
+  // (SSU_CUDA_REPLAY_WARP_PARTS=1, read at context creation): at the table's
+  // batches the default splits most heads, and a flush step with one warp a
+  // head takes a path of its own (the warp writes its head's delta entry).
+  ssu_context_t one_part = nullptr;
+  {
+    setenv("SSU_CUDA_REPLAY_WARP_PARTS", "1", 1);
+    ssu_context_options_t co = SSU_CONTEXT_OPTIONS_INIT;
+    co.backend = SSU_BACKEND_CUDA;
+    const ssu_status_t st = ssu_context_create(&co, &one_part);
+    unsetenv("SSU_CUDA_REPLAY_WARP_PARTS");
+    REQUIRE_MESSAGE(st == SSU_SUCCESS, ssu_last_error_message());
+  }
+  int one_part_cases = 0;
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   int failed = 0;
@@ -239,13 +254,23 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
       const std::string d = compare_snapshots(h, g, "cpu", "cuda", false);
       if (!d.empty()) why += "\n  " + describe(c) + "\n  CPU and CUDA differ: " + d;
     }
+    if (!c.mamba1 && c.N >= 64 && i % 2 == 0) {
+      ++one_part_cases;
+      const ReplayResult g1 = run_replay_case(one_part, dmem, c, o);
+      if (!g1.ok) why += "\n  cuda, one warp a head: " + g1.message;
+      if (g1.ok && h.ok) {
+        const std::string d = compare_snapshots(h, g1, "cpu", "cuda (one warp a head)", false);
+        if (!d.empty()) why += "\n  " + describe(c) + "\n  CPU and CUDA differ: " + d;
+      }
+    }
     if (!why.empty() && ++failed <= 25) FAIL_CHECK("case " << i << why);
   }
+  ssu_context_destroy(one_part);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("gpu replay: %zu cases, %d failed, %lld checkpoint stores, %lld elements checked "
-              "(CUDA), %.1f s\n",
-              cases.size(), failed, (long long)stores, (long long)elements, secs);
+  std::printf("gpu replay: %zu cases (%d again with one warp a head), %d failed, %lld "
+              "checkpoint stores, %lld elements checked (CUDA), %.1f s\n",
+              cases.size(), one_part_cases, failed, (long long)stores, (long long)elements, secs);
   CHECK(failed == 0);
 }
 
