@@ -70,6 +70,11 @@ const char kUsage[] =
     "  --heads H  --dim P  --dstate N  --groups G   shape (default 128 64 128 8)\n"
     "  --tokens T               T tokens per sequence (multi-token form, final\n"
     "                           state stored once; default 1 = single-token form)\n"
+    "  --intermediate           speculative verify as engines run it without replay:\n"
+    "                           the state after every one of the T tokens stored to\n"
+    "                           intermediate_states (Bt, T, H, P, N) (+ scales), the\n"
+    "                           pool only read (DISABLE_STATE_UPDATE); one buffer of\n"
+    "                           Bt rows, not rotated (nothing reads it back)\n"
     "  --mamba1                 Mamba-1 preset: H=G=1, P=5120, N=16, A (1,P,N),\n"
     "                           dt (Bt,1,P), D and dt_bias (1,P), f32 state;\n"
     "                           options given explicitly still apply\n"
@@ -183,6 +188,7 @@ struct Options {
   int64_t replay = 0;  // ring capacity L; 0: no replay
   int64_t accept = 0;  // num_accepted of a replay step; 0: T
   bool stagger = false;  // replay: the sequences' cycles out of step
+  bool intermediate = false;  // plain update: store every token's state, not the pool
   ssu_algorithm_t algorithm = SSU_ALGORITHM_AUTO;
   int threads = 0;
   int iters = 0;  // 0: automatic
@@ -275,6 +281,8 @@ Options parse_args(int argc, char** argv) {
       o.mamba3 = true;
     } else if (a == "--replay") {
       o.replay = parse_positive(a, value());
+    } else if (a == "--intermediate") {
+      o.intermediate = true;
     } else if (a == "--stagger") {
       o.stagger = true;
     } else if (a == "--accept") {
@@ -303,6 +311,11 @@ Options parse_args(int argc, char** argv) {
   }
   if (set_accept && !o.replay) usage_error("--accept applies to --replay only");
   if (o.stagger && !o.replay) usage_error("--stagger applies to --replay only");
+  if (o.intermediate && (o.replay || o.mamba3 || o.sr_compare || o.pdl))
+    usage_error("--intermediate applies to the plain update (not --replay, --mamba3, "
+                "--sr-compare or --pdl)");
+  if (o.intermediate && o.tokens < 2)
+    usage_error("--intermediate stores the state after each of several tokens (--tokens >= 2)");
   if (o.pdl && (o.replay || o.mamba3 || o.sr_compare))
     usage_error("--pdl applies to the plain update (not --replay, --mamba3 or --sr-compare)");
   if (o.replay) {
@@ -748,6 +761,7 @@ struct Shape {
   ssu_dtype_t state_dtype, input_dtype;
   static constexpr ssu_dtype_t param_dtype = SSU_DTYPE_F32;
   static constexpr ssu_dtype_t index_dtype = SSU_DTYPE_I32;
+  bool intermediate = false;  // --intermediate: T states stored per sequence, the pool read
 
   size_t state_slot_bytes() const { return size_t(H * P * N) * ssu_dtype_size(state_dtype); }
   // The f32 scale rows of a block-scaled state (0 for float states).
@@ -759,6 +773,8 @@ struct Shape {
   size_t bytes(int64_t Bt) const {
     const size_t is = ssu_dtype_size(input_dtype), ps = ssu_dtype_size(param_dtype);
     size_t b = size_t(Bt) * slot_bytes() * 2;                 // state (+ scales)
+    if (intermediate)  // the pool read, T states (+ scales) stored, their index read
+      b = size_t(Bt) * slot_bytes() * size_t(1 + T) + size_t(Bt) * ssu_dtype_size(index_dtype);
     b += 3 * size_t(Bt * T * H * P) * is;                     // x, z, out
     b += 2 * size_t(Bt * T * G * N) * is;                     // B, C
     b += size_t(Bt * T * H * (per_channel ? P : 1)) * ps;     // dt
@@ -797,6 +813,7 @@ struct Row {
 struct Problem {
   ssu_state_pool_t pool = SSU_STATE_POOL_INIT;
   Buffer state, scale, seed, x, z, out, B, C, dt, A, D, dt_bias, index;
+  Buffer inter, inter_scale, inter_index;  // --intermediate
   std::vector<ssu_update_args_t> calls;
   std::vector<int32_t> index_host;  // the slots of set k: index_host[k*Bt .. (k+1)*Bt)
   int64_t slots = 0, sets = 0;
@@ -847,6 +864,14 @@ void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, si
 
   // A random permutation of the pool split into disjoint sets of Bt slots.
   pr.index = random_slots(dev, S, rng, &pr.index_host);
+  if (s.intermediate) {  // row b of every call's intermediate states is sequence b's
+    pr.inter = Buffer(dev, size_t(Bt * T) * s.state_slot_bytes());
+    if (is_scaled(s.state_dtype)) pr.inter_scale = Buffer(dev, size_t(Bt * T) * s.scale_slot_bytes());
+    std::vector<int32_t> rows(static_cast<size_t>(Bt));
+    for (int64_t b = 0; b < Bt; ++b) rows[size_t(b)] = static_cast<int32_t>(b);
+    pr.inter_index = Buffer(dev, rows.size() * sizeof(int32_t));
+    dev->upload(pr.inter_index.ptr, rows.data(), rows.size() * sizeof(int32_t));
+  }
 
   const size_t is = ssu_dtype_size(s.input_dtype), ps = ssu_dtype_size(Shape::param_dtype);
   pr.calls.clear();
@@ -887,6 +912,13 @@ void build_problem(Problem& pr, BenchDevice* dev, const Shape& s, int64_t Bt, si
     }
     a.src_index = dense(pr.index.at(r0 * sizeof(int32_t)), Shape::index_dtype, {Bt});
     if (sr) a.rounding_seed = static_cast<const uint64_t*>(pr.seed.ptr);
+    if (s.intermediate) {
+      a.flags |= SSU_UPDATE_DISABLE_STATE_UPDATE;
+      a.intermediate_states = dense(pr.inter.ptr, s.state_dtype, {Bt, T, H, P, N});
+      a.intermediate_index = dense(pr.inter_index.ptr, Shape::index_dtype, {Bt});
+      if (is_scaled(s.state_dtype))
+        a.intermediate_scales = dense(pr.inter_scale.ptr, SSU_DTYPE_F32, {Bt, T, H, P});
+    }
     pr.calls.push_back(a);
   }
 }
@@ -1058,7 +1090,10 @@ std::string config_text(const Options& o, const Shape& s) {
   return format("H=%lld P=%lld N=%lld G=%lld T=%lld%s, state %s%s, x/B/C/z/out %s, "
                 "dt/A/D/dt_bias f32 %s, dt_softplus, z, D, dt_bias, int32 src slots%s",
                 (long long)s.H, (long long)s.P, (long long)s.N, (long long)s.G, (long long)s.T,
-                s.T > 1 ? " (multi-token, final state)" : "", ssu_dtype_name(s.state_dtype),
+                s.intermediate ? " (every token's state stored to intermediate_states, pool read)"
+                : s.T > 1      ? " (multi-token, final state)"
+                               : "",
+                ssu_dtype_name(s.state_dtype),
                 is_scaled(s.state_dtype) ? " (+ f32 scale per row)" : "",
                 ssu_dtype_name(s.input_dtype), s.per_channel ? "per channel" : "per head",
                 o.sr_compare ? ", round-to-nearest vs stochastic rounding"
@@ -1218,8 +1253,9 @@ struct Env {
 // The update sweep: one timing per batch (round-to-nearest or, with --sr,
 // stochastic rounding), or both back to back with --sr-compare.
 void run_update(const Options& o, const Env& env, Report& rep) {
-  const Shape shape{o.heads, o.dim, o.dstate, o.groups, o.tokens, o.mamba1,
-                    o.state_dtype, o.input_dtype};
+  Shape shape{o.heads, o.dim, o.dstate, o.groups, o.tokens, o.mamba1,
+              o.state_dtype, o.input_dtype};
+  shape.intermediate = o.intermediate;
   const bool compare = o.sr_compare;
   rep.mode = compare ? "sr_compare" : "update";
   std::fprintf(stderr, "ssu-bench: %s\n", config_text(o, shape).c_str());
@@ -1229,17 +1265,22 @@ void run_update(const Options& o, const Env& env, Report& rep) {
       "\"state_scale\": %s, \"rounding\": \"%s\", "
       "\"input_dtype\": \"%s\", \"param_dtype\": \"f32\", \"param_layout\": \"%s\", "
       "\"dt_softplus\": true, \"z\": true, \"D\": true, \"dt_bias\": true, "
-      "\"index_dtype\": \"i32\", \"threads\": %d}",
+      "\"index_dtype\": \"i32\", \"threads\": %d, \"intermediate\": %s}",
       (long long)shape.H, (long long)shape.P, (long long)shape.N, (long long)shape.G,
       (long long)shape.T, shape.T > 1 ? "multi_token" : "single_token",
       o.mamba1 ? "true" : "false", ssu_dtype_name(shape.state_dtype),
       is_scaled(shape.state_dtype) ? "true" : "false", rounding_name(o),
       ssu_dtype_name(shape.input_dtype), shape.per_channel ? "per_channel" : "per_head",
-      o.threads);
+      o.threads, shape.intermediate ? "true" : "false");
   rep.bytes_formula =
-      "state Bt*H*P*N*sizeof(state)*2 [+ i16/i8/f8e4m3 scales Bt*H*P*4*2] + "
-      "x,z,out Bt*T*H*P*sizeof(in) each + B,C Bt*T*G*N*sizeof(in) each + dt Bt*T*H[*P]*4 + "
-      "A H[*P*N]*4 + D,dt_bias H[*P]*4 each + src index Bt*4";
+      shape.intermediate
+          ? "state Bt*H*P*N*sizeof(state)*(1 + T) [+ i16/i8/f8e4m3 scales Bt*H*P*4*(1 + T)] "
+            "(the pool read, T intermediate states stored) + x,z,out Bt*T*H*P*sizeof(in) each + "
+            "B,C Bt*T*G*N*sizeof(in) each + dt Bt*T*H[*P]*4 + A H[*P*N]*4 + D,dt_bias H[*P]*4 "
+            "each + src and intermediate index Bt*4 each"
+          : "state Bt*H*P*N*sizeof(state)*2 [+ i16/i8/f8e4m3 scales Bt*H*P*4*2] + "
+            "x,z,out Bt*T*H*P*sizeof(in) each + B,C Bt*T*G*N*sizeof(in) each + dt "
+            "Bt*T*H[*P]*4 + A H[*P*N]*4 + D,dt_bias H[*P]*4 each + src index Bt*4";
 
   std::vector<Row> rows;
   Rng rng(0x55u);
