@@ -394,9 +394,8 @@ typedef struct ssu_stream_s* ssu_stream_t;
  *    for intermediate_states. Outputs use the unquantized fp32 values.
  *    Padded sequences write no scale. The CPU and CUDA backends store
  *    identical codes and scales. i8 and f8e4m3 states also serve as
- *    replay checkpoints on the CPU backend (the CUDA backend refuses them
- *    at plan time in this version); the Mamba-3 operations refuse them at
- *    plan creation (SSU_ERROR_NOT_SUPPORTED).
+ *    replay checkpoints on both backends; the Mamba-3 operations refuse
+ *    them at plan creation (SSU_ERROR_NOT_SUPPORTED).
  *  - f16 / bf16: round to nearest even, or, when rounding_seed is given,
  *    stochastically: each stored element adds random bits below its last
  *    kept bit and truncates. The random word of the element at offset
