@@ -83,7 +83,6 @@ __device__ __forceinline__ int pipe_div(int n, const ssu_cuda_fastdiv& d) {
 // outputs, no pool touched); dst < 0: no store.
 struct PipeSlots {
   int64_t src, dst;
-  int64_t inter = -1;  // the intermediate-buffer row (several tokens), -1: none
 };
 
 // An item's slot indices as loaded (resolved one iteration later, so that
@@ -91,7 +90,7 @@ struct PipeSlots {
 // zero-extended and gets its sign in pipe_resolve: extended at the load, the
 // load was waited for there (long-scoreboard stalls, SR bf16 batch 256).
 struct PipeIndexBits {
-  uint64_t src, dst, inter;
+  uint64_t src, dst;
 };
 
 // An item's small operands in registers between their load and their
@@ -163,9 +162,6 @@ __device__ __forceinline__ PipeIndexBits pipe_load_indices(const ssu_update_para
   r.dst = (p.features & SSU_F_HAS_DST) && !(p.features & SSU_F_DISABLE_UPDATE)
               ? pipe_load_index_bits(p.dst_index, p.index_dtype, b * p.dst_stride_b)
               : 0;
-  r.inter = (p.features & SSU_F_HAS_INTER_INDEX)
-                ? pipe_load_index_bits(p.inter_index, p.inter_index_dtype, b * p.inter_index_stride)
-                : 0;
   return r;
 }
 
@@ -182,17 +178,6 @@ __device__ __forceinline__ PipeSlots pipe_resolve(const ssu_update_params& p,
     return s;
   }
   s.src = src;
-  if (p.features & SSU_F_HAS_INTER) {  // stored even with DISABLE_UPDATE
-    const int64_t i = (p.features & SSU_F_HAS_INTER_INDEX)
-                          ? pipe_index_value(r.inter, p.inter_index_dtype)
-                          : src;
-    if (is_pad(i, p.pad_slot_id)) {
-    } else if (i >= p.n_intermediate) {
-      if (reporter) report(p.error_word, SSU_BIT_INDEX);
-    } else {
-      s.inter = i;
-    }
-  }
   if (p.features & SSU_F_DISABLE_UPDATE) return s;
   s.dst = src;
   if (p.features & SSU_F_HAS_DST) {
@@ -1374,11 +1359,6 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
   const int64_t row0 = it.h * p.dim * N + static_cast<int64_t>(it.r0) * N;  // in a slot
   ST* const dst = sl.dst >= 0 ? static_cast<ST*>(p.state) + sl.dst * p.state_stride_slot + row0
                               : nullptr;
-  // (Intermediate states: several tokens only, inner axes (H, P, N) dense
-  // like the pool's.)
-  ST* const inter = MT && sl.inter >= 0
-                        ? static_cast<ST*>(p.inter_states) + sl.inter * p.inter_stride_i + row0
-                        : nullptr;
   const uint64_t L_row0 = static_cast<uint64_t>(sl.src * p.state_stride_slot + row0);
   if constexpr (RL) {
     // One lane per row of N = 16 (Mamba-1): no reduction across lanes and
@@ -1506,10 +1486,6 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
       float* pb = part + rb * row_floats + lr3;
       const float* const xa = st.x + ra;
       const float* const xb = st.x + rb;
-      // The state after each token to the intermediate buffer (RN, as the
-      // final store; block-uniform).
-      ST* ia = inter ? inter + static_cast<int64_t>(ra) * N + n0 : nullptr;
-      ST* ib = inter ? inter + static_cast<int64_t>(rb) * N + n0 : nullptr;
 #pragma unroll 1
       for (int t = 0; t < T; ++t) {
         const float2 sc = *reinterpret_cast<const float2*>(st.scal + 2 * t);  // dt, exp(A*dt)
@@ -1538,21 +1514,6 @@ __device__ __forceinline__ void pipe_compute(const ssu_cuda_pipe_launch& L, cons
         if (vb) *qb = accb;
         pa += lpr;
         pb += lpr;
-        if (inter) {
-          Chunk<ST, VEC> c;
-          if (va) {
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(ha[v]);
-            __stcs(reinterpret_cast<uint4*>(ia), c.u);
-          }
-          if (vb) {
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) c.e[v] = from_f32<ST>(hb[v]);
-            __stcs(reinterpret_cast<uint4*>(ib), c.u);
-          }
-          ia += p.inter_stride_t;
-          ib += p.inter_stride_t;
-        }
       }
       if (dst) {  // block-uniform
         Chunk<ST, VEC> c;

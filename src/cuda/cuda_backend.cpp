@@ -783,12 +783,8 @@ class CudaBackend final : public Backend {
       return "with several tokens it stores f32, f16 and bf16 states rounded to nearest";
     if (p.ntokens > kPipeMaxTokens || p.ntokens * p.dstate > kPipeMaxTokenStates)
       return "it takes at most 8 tokens and ntokens*dstate <= 512";
-    if (f & (SSU_F_DST_PER_TOKEN | SSU_F_HAS_ACCEPTED))
-      return "it has no per-token stores or accepted-token counts";
-    // Intermediate states: stored by the several-token row loop, 16 bytes
-    // a lane, like the final state (pipe_aligned checks the buffer).
-    if ((f & SSU_F_HAS_INTER) && p.ntokens < 2)
-      return "it stores intermediate states with several tokens only";
+    if (f & (SSU_F_DST_PER_TOKEN | SSU_F_HAS_INTER | SSU_F_HAS_ACCEPTED))
+      return "it has no per-token stores, intermediate states or accepted-token counts";
     if (f & SSU_F_A_PER_CHANNEL) {
       // The Mamba-1 layout: one token, dense f32 A rows, RN f32/f16/bf16 states.
       if (p.ntokens != 1 || is_scaled_state(p.state_dtype) || (f & SSU_F_STOCHASTIC) ||
@@ -813,11 +809,7 @@ class CudaBackend final : public Backend {
     const bool a_ok = !(p.features & SSU_F_A_PER_CHANNEL) ||
                       (p.A_stride_n == 1 && p.A_stride_p == p.dstate && aligned16(p.A) &&
                        (p.A_stride_h * 4) % 16 == 0);
-    const bool inter_ok =
-        !(p.features & SSU_F_HAS_INTER) ||
-        (aligned16(p.inter_states) && (p.inter_stride_i * sb) % 16 == 0 &&
-         (p.inter_stride_t * sb) % 16 == 0);
-    return a_ok && inter_ok && aligned16(p.state) && (p.state_stride_slot * sb) % 16 == 0;
+    return a_ok && aligned16(p.state) && (p.state_stride_slot * sb) % 16 == 0;
   }
 
   // Registers per thread -> resident blocks of SSU_CUDA_THREADS (registers
