@@ -41,19 +41,26 @@ inline void ok(ssu_cuda::CUresult r, const char* call) {
 // so that every case they can take goes through them and every block walks
 // many items through both stages of its ring. Null with the library's
 // message in *why on failure.
-inline ssu_context_t create_capped_pipeline_context(int blocks, std::string* why) {
-  const std::string n = std::to_string(blocks);
-  setenv("SSU_CUDA_PIPE_MAX_BLOCKS", n.c_str(), 1);
+// A CUDA context created with the environment variable `name` set to
+// `value` (the backend reads its knobs at context creation), then unset.
+// Null with the library's message in *why on failure.
+inline ssu_context_t create_cuda_context_with(const char* name, const std::string& value,
+                                              std::string* why) {
+  setenv(name, value.c_str(), 1);
   ssu_context_options_t o = SSU_CONTEXT_OPTIONS_INIT;
   o.backend = SSU_BACKEND_CUDA;
   ssu_context_t c = nullptr;
   const ssu_status_t st = ssu_context_create(&o, &c);
-  unsetenv("SSU_CUDA_PIPE_MAX_BLOCKS");
+  unsetenv(name);
   if (st != SSU_SUCCESS) {
     *why = ssu_last_error_message();
     return nullptr;
   }
   return c;
+}
+
+inline ssu_context_t create_capped_pipeline_context(int blocks, std::string* why) {
+  return create_cuda_context_with("SSU_CUDA_PIPE_MAX_BLOCKS", std::to_string(blocks), why);
 }
 
 // The capped context with two blocks, created on first use and kept for the

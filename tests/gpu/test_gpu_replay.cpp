@@ -218,15 +218,10 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
   // (SSU_CUDA_REPLAY_WARP_PARTS=1, read at context creation): at the table's
   // batches the default splits most heads, and a flush step with one warp a
   // head takes a path of its own (the warp writes its head's delta entry).
-  ssu_context_t one_part = nullptr;
-  {
-    setenv("SSU_CUDA_REPLAY_WARP_PARTS", "1", 1);
-    ssu_context_options_t co = SSU_CONTEXT_OPTIONS_INIT;
-    co.backend = SSU_BACKEND_CUDA;
-    const ssu_status_t st = ssu_context_create(&co, &one_part);
-    unsetenv("SSU_CUDA_REPLAY_WARP_PARTS");
-    REQUIRE_MESSAGE(st == SSU_SUCCESS, ssu_last_error_message());
-  }
+  std::string why_ctx;
+  const ssu_context_t one_part =
+      create_cuda_context_with("SSU_CUDA_REPLAY_WARP_PARTS", "1", &why_ctx);
+  REQUIRE_MESSAGE(one_part != nullptr, why_ctx);
   int one_part_cases = 0;
   const bool verbose = std::getenv("SSU_TEST_VERBOSE") != nullptr;
   const auto t0 = std::chrono::steady_clock::now();
@@ -250,18 +245,17 @@ TEST_CASE("gpu: every replay case matches the float64 reference and the CPU back
     if (g.ok && g.algorithm != SSU_ALGORITHM_CUDA_REPLAY)
       why += "\n  the CUDA plan chose algorithm " + std::to_string(g.algorithm) +
              ", expected cuda_replay";
-    if (g.ok && h.ok) {
-      const std::string d = compare_snapshots(h, g, "cpu", "cuda", false);
+    auto same_as_cpu = [&](const ReplayResult& cu, const char* name) {
+      if (!cu.ok || !h.ok) return;
+      const std::string d = compare_snapshots(h, cu, "cpu", name, false);
       if (!d.empty()) why += "\n  " + describe(c) + "\n  CPU and CUDA differ: " + d;
-    }
+    };
+    same_as_cpu(g, "cuda");
     if (!c.mamba1 && c.N >= 64 && i % 2 == 0) {
       ++one_part_cases;
       const ReplayResult g1 = run_replay_case(one_part, dmem, c, o);
       if (!g1.ok) why += "\n  cuda, one warp a head: " + g1.message;
-      if (g1.ok && h.ok) {
-        const std::string d = compare_snapshots(h, g1, "cpu", "cuda (one warp a head)", false);
-        if (!d.empty()) why += "\n  " + describe(c) + "\n  CPU and CUDA differ: " + d;
-      }
+      same_as_cpu(g1, "cuda (one warp a head)");
     }
     if (!why.empty() && ++failed <= 25) FAIL_CHECK("case " << i << why);
   }
