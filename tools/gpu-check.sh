@@ -9,8 +9,9 @@
 # Environment: GPU_ARCHS (default sm_90a), BUILD (default build-gpu),
 # SANITIZE=0 to skip compute-sanitizer, BENCH=0 to skip the benchmarks,
 # TESTS=0 to skip the test suites, BENCH_ARGS (extra ssu-bench options).
-# BENCH_NEW=0 skips the int16 / stochastic-rounding / Mamba-3 benchmarks,
-# BENCH_REPLAY=0 the checkpointed (replay) decode benchmarks.
+# BENCH_NEW=0 skips the int16 / 8-bit / stochastic-rounding / Mamba-3 benchmarks,
+# BENCH_REPLAY=0 the checkpointed (replay) decode benchmarks; BENCH_SET=plain
+# or BENCH_SET=replay runs one of the two groups (default: both).
 # NCU=1 profiles one update kernel of each benchmark shape with Nsight Compute.
 # CPU_SUITES=0 skips the cpu/api/validation/abi suites, PY=0 the Python check.
 # NO_BUILD=1 runs a build of BUILD made elsewhere as it is (nothing rebuilt;
@@ -153,6 +154,7 @@ if [ "${BENCH:-1}" != 0 ]; then
     "$build/bench/ssu-bench" --backend cuda "$@" ${BENCH_ARGS:-} --json /tmp/ssu-bench.json \
       2>&1 | tee -a "$out/bench.txt"
     local rc=${PIPESTATUS[0]}
+    echo "(${SECONDS} s into the run)" | tee -a "$out/bench.txt"
     if [ -f /tmp/ssu-bench.json ]; then
       cat /tmp/ssu-bench.json >> "$out/bench.json"
       echo >> "$out/bench.json"
@@ -160,30 +162,49 @@ if [ "${BENCH:-1}" != 0 ]; then
     return "$rc"
   }
   iters="--iters ${BENCH_ITERS:-100}"
-  bench --state-dtype f32 $iters
-  bench --state-dtype bf16 --batch 1,8,64,256 $iters
-  bench --state-dtype f16 --batch 1,8,64,256 $iters
-  bench --mamba1 --batch 1,8,64,256,512 $iters
-  bench --mamba1 --state-dtype bf16 --batch 8,64,256,512 $iters
-  bench --tokens 4 --batch 1,8,64,128 $iters
-  if [ "${BENCH_NEW:-1}" != 0 ]; then
-    bench --state-dtype i16 $iters
-    bench --state-dtype i8 $iters
-    bench --state-dtype f8e4m3 --sr-compare --batch 1,8,64,256 $iters
-    bench --state-dtype bf16 --sr-compare --batch 1,8,64,256 $iters
-    bench --state-dtype f16 --sr-compare --batch 1,8,64,256 $iters
-    bench --mamba3 $iters
+  # BENCH_SET picks the groups: plain (the update in every recorded form),
+  # replay (checkpointed decode), all (default).
+  set_has() { case "${BENCH_SET:-all}" in all|*"$1"*) return 0;; esac; return 1; }
+  if set_has plain; then
+    bench --state-dtype f32 $iters
+    bench --state-dtype bf16 --batch 1,8,64,256,512 $iters
+    bench --state-dtype f16 --batch 1,8,64,256,512 $iters
+    bench --mamba1 --batch 1,8,64,256,512 $iters
+    bench --mamba1 --state-dtype bf16 --batch 8,64,256,512 $iters
+    bench --tokens 4 --batch 1,8,64,128,256 $iters
+    bench --tokens 4 --state-dtype bf16 --batch 64,256 $iters
+    bench --pdl --state-dtype f32 --batch 1,8,64 $iters
+    bench --pdl --state-dtype bf16 --batch 1,8,64 $iters
+    if [ "${BENCH_NEW:-1}" != 0 ]; then
+      bench --state-dtype i16 --batch 8,64,256,512 $iters
+      bench --state-dtype i8 --batch 1,8,64,256,512 $iters
+      bench --state-dtype f8e4m3 --sr-compare --batch 1,8,64,256,512 $iters
+      bench --state-dtype bf16 --sr-compare --batch 1,8,64,256 $iters
+      bench --state-dtype f16 --sr-compare --batch 1,8,64,256 $iters
+      bench --mamba3 $iters
+    fi
   fi
-  if [ "${BENCH_REPLAY:-1}" != 0 ]; then
+  if [ "${BENCH_REPLAY:-1}" != 0 ] && set_has replay; then
     # Checkpointed decode: whole ring cycles per step against the plain
-    # update of the same shape and batch (the CUDA replay kernels may not be
-    # there yet: ssu-bench then says so and times the plain update alone).
-    bench --replay 16 --state-dtype f32 --batch 1,8,64,512 $iters ||
-      note "replay bench (f32 state) failed: exit $?"
-    bench --replay 16 --state-dtype bf16 --batch 1,8,64,512 $iters ||
-      note "replay bench (bf16 state) failed: exit $?"
-    bench --replay 16 --tokens 4 --batch 64,256 $iters ||
-      note "replay bench (T=4) failed: exit $?"
+    # update of the same shape and batch; all sequences flushing on the same
+    # step, then staggered (a server: ~1/L of them flush on every step);
+    # speculative verify (4 tokens, K accepted) beside the plain update that
+    # stores intermediate states instead.
+    for s in f32 bf16 i8 f8e4m3; do
+      bench --replay 16 --state-dtype $s --batch 1,8,64,512 $iters ||
+        note "replay bench ($s state) failed: exit $?"
+    done
+    for s in f32 bf16; do
+      bench --replay 16 --stagger --state-dtype $s --batch 8,64,512 $iters ||
+        note "replay bench (staggered, $s state) failed: exit $?"
+      bench --tokens 4 --intermediate --state-dtype $s --batch 64,256 $iters
+      for k in 2 4; do
+        bench --replay 16 --tokens 4 --accept $k --state-dtype $s --batch 64,256 $iters ||
+          note "replay bench (T=4, $k accepted, $s state) failed: exit $?"
+      done
+    done
+    bench --mamba1 --replay 16 --batch 1,64,256 $iters ||
+      note "replay bench (Mamba-1) failed: exit $?"
   fi
   note "benchmarks done (bench.txt)"
 fi
@@ -197,12 +218,12 @@ if [ "${NCU:-0}" != 0 ] && command -v ncu >/dev/null; then
   for cfg in "${cfgs[@]}"; do
     echo "### ncu: ssu-bench --backend cuda $cfg" | tee -a "$out/ncu.txt"
     # shellcheck disable=SC2086
-    ncu --kernel-name "regex:ssu_(update|pipe)_" --launch-skip 3 --launch-count 1 \
+    ncu --kernel-name "regex:^ssu_(update|pipe|direct|m1)_" --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis \
       --section SchedulerStats --section ComputeWorkloadAnalysis \
       "$build/bench/ssu-bench" --backend cuda $cfg --iters 3 2>&1 | tee -a "$out/ncu.txt" |
-      grep -E "ssu_(update|pipe)_|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Executed Ipc" | head -40
+      grep -E "ssu_(update|pipe|direct|m1)_|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Shared Memory Config|Stall|Warp Cycles Per Issued|Issued Warp|L2 Hit|Mem Busy|Max Bandwidth|Issue Slots Busy|No Eligible|Active Warps Per|Eligible Warps|Executed Ipc" | head -40
   done
   note "ncu profiles done"
 fi
