@@ -316,6 +316,49 @@ __device__ __forceinline__ uint4 e4m3_chunk_rn_finite(const float* h, float enc)
 #endif
 }
 
+// A finite e4m3 row's chunk of 16 values times enc rounded stochastically
+// with the elements' Philox words w: StateFormat<e4m3>::encode_sr_finite's
+// codes. Where every |v * enc| of the chunk is in the normal range (>= 2^-6;
+// nearly always, since the row's largest magnitude maps to 448) a code is
+// e4m3_encode_sr's pattern add alone, computed without a branch per element
+// (the subtraction of the exponent offset folded into the add, the signs put
+// on four codes at once); a chunk holding a smaller magnitude, zeros
+// included, takes the per-element encoder.
+__device__ __forceinline__ uint4 e4m3_chunk_sr_finite(const float* h, float enc,
+                                                      const uint32_t* w) {
+  // The chunk's smallest |v| * enc (rounding is monotonic, so it is the
+  // smallest of the products) decides the path.
+  float amin = fabsf(h[0]);
+#pragma unroll
+  for (int e = 1; e < 16; ++e) amin = fminf(amin, fabsf(h[e]));
+  uint32_t wd[4] = {0, 0, 0, 0};
+  if (amin * enc >= 0x1p-6f) {
+    // (mag + rnd - (120 << 23)) >> 20 is e4m3_normal_code of the sum: at
+    // most 0x7E, so each code is the low byte of its word.
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint32_t c[4], u[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        u[j] = __float_as_uint(h[4 * k + j] * enc);
+        const uint32_t mag = min(u[j] & 0x7fffffffu, 0x43E00000u);  // clamped to 448
+        c[j] = (mag + (w[4 * k + j] & 0xFFFFFu) - 0x3C000000u) >> 20;
+      }
+      const uint32_t codes =
+          __byte_perm(__byte_perm(c[0], c[1], 0x40u), __byte_perm(c[2], c[3], 0x40u), 0x5410u);
+      const uint32_t signs = __byte_perm(__byte_perm(u[0], u[1], 0x73u),
+                                         __byte_perm(u[2], u[3], 0x73u), 0x5410u);
+      wd[k] = codes | (signs & 0x80808080u);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16; ++e)
+      wd[e / 4] |= static_cast<uint32_t>(StateFormat<e4m3>::encode_sr_finite(h[e], enc, w[e]).bits)
+                   << (8 * (e % 4));
+  }
+  return make_uint4(wd[0], wd[1], wd[2], wd[3]);
+}
+
 // The VEC stored values of one chunk as raw element bits, in the chunk's
 // element order. Elements past `left` are never stored (their bits are
 // computed from the padding zeros and dropped).
