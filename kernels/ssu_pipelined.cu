@@ -1004,9 +1004,12 @@ __device__ __forceinline__ uint4 scaled_chunk_encode(const float* h, float enc, 
   if constexpr (SR) {
     // A row of NaN or Inf stores 0x7F everywhere.
     if (finite) {
-      if constexpr (std::is_same<ST, e4m3>::value) return e4m3_chunk_sr_finite(h, enc, w);
+      if constexpr (std::is_same<ST, e4m3>::value) {
+        return e4m3_chunk_sr_finite(h, enc, w);
+      } else {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr_finite(h[e], enc, w[e]);
+        for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr_finite(h[e], enc, w[e]);
+      }
     } else {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) c.e[e] = F::encode_sr(h[e], enc, w[e]);
